@@ -1,0 +1,2 @@
+//! `zkr`: the command-line face of zookeeper-recipes.
+fn main() {}
