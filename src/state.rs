@@ -1,0 +1,204 @@
+//! Connection states as Curator reports them, and the policy that says which of them end a term.
+//!
+//! ZooKeeper's own client reports `Disconnected`, `SyncConnected`, `Expired`. Curator folds those
+//! into five states that recipes can act on; this module does the same, as pure functions so that
+//! the rules can be tested without a server. The managed [`Session`](crate::Session) feeds them.
+//!
+//! | ZooKeeper / local observation                         | ConnectionState |
+//! |--------------------------------------------------------|-----------------|
+//! | first session established                              | `Connected`     |
+//! | connection dropped, session may be alive               | `Suspended`     |
+//! | connection back, same session                          | `Reconnected`   |
+//! | new session established after `Lost`                    | `Reconnected`   |
+//! | server said expired, or no reply for the session timeout | `Lost`          |
+//! | connected to a read-only server                         | `ReadOnly`      |
+
+use std::fmt;
+
+/// The state of the connection to ZooKeeper, as Curator's `ConnectionState`.
+///
+/// # Curator
+/// `org.apache.curator.framework.state.ConnectionState`: the same five values. Like Curator's
+/// "simulated session expiration", `Lost` is also reported when this process has not heard from
+/// the server for the negotiated session timeout, because from then on the server may have
+/// expired the session and handed its ephemeral nodes' roles to someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConnectionState {
+    /// The first ZooKeeper session of this [`Session`](crate::Session) was established.
+    Connected,
+    /// The connection was lost; the session may still be alive on the server.
+    Suspended,
+    /// The connection is back: either the same session (its ephemeral nodes survived) or, after
+    /// [`Lost`](Self::Lost), a new session (they did not).
+    Reconnected,
+    /// The session is gone, or can no longer be proven alive. No recipe may still act as leader.
+    Lost,
+    /// Connected to a server in read-only mode: reads work, writes (and so elections) do not.
+    ReadOnly,
+}
+
+impl ConnectionState {
+    /// Whether requests can currently reach a server.
+    pub fn is_connected(self) -> bool {
+        matches!(self, Self::Connected | Self::Reconnected | Self::ReadOnly)
+    }
+
+    /// The lowercase name used in logs and in `zkr`'s JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connected => "connected",
+            Self::Suspended => "suspended",
+            Self::Reconnected => "reconnected",
+            Self::Lost => "lost",
+            Self::ReadOnly => "read_only",
+        }
+    }
+}
+
+impl fmt::Display for ConnectionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which connection states end a leadership term or a lock hold.
+///
+/// # Curator
+/// `ConnectionStateErrorPolicy`: [`Standard`](Self::Standard) is Curator's
+/// `StandardConnectionStateErrorPolicy` (the default), [`SessionExpired`](Self::SessionExpired)
+/// is `SessionConnectionStateErrorPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum ErrorPolicy {
+    /// `Suspended` already counts as loss: a leader stops the moment its connection drops, even
+    /// though the session may survive. The safe default.
+    #[default]
+    Standard,
+    /// Only `Lost` counts: a leader keeps acting while suspended, until the session is gone or
+    /// can no longer be proven alive (the term's deadline still applies).
+    SessionExpired,
+}
+
+impl ErrorPolicy {
+    /// Whether `state` ends a term under this policy.
+    pub fn is_error_state(self, state: ConnectionState) -> bool {
+        match self {
+            Self::Standard => matches!(state, ConnectionState::Suspended | ConnectionState::Lost),
+            Self::SessionExpired => state == ConnectionState::Lost,
+        }
+    }
+}
+
+/// What the underlying client told us, reduced to what the state machine needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientSignal {
+    /// `SyncConnected`.
+    Connected,
+    /// `ConnectedReadOnly`.
+    ConnectedReadOnly,
+    /// `Disconnected`.
+    Disconnected,
+    /// `Expired`, `Closed` or `AuthFailed`: this client is finished.
+    Terminated,
+    /// The session's own deadline (last acknowledged send + session timeout) passed.
+    DeadlinePassed,
+}
+
+/// The next state after `signal`, or `None` when nothing changes.
+///
+/// `current` is `None` before the first session exists. `new_session` says whether the
+/// `Connected` signal comes from a client that was just built (a new ZooKeeper session) rather
+/// than one that reconnected within its session.
+pub(crate) fn next_state(
+    current: Option<ConnectionState>,
+    signal: ClientSignal,
+    new_session: bool,
+) -> Option<ConnectionState> {
+    use ClientSignal as S;
+    use ConnectionState as C;
+    let next = match (current, signal) {
+        (None, S::Connected) => C::Connected,
+        (None, S::ConnectedReadOnly) => C::ReadOnly,
+        // Before the first session there is nothing to suspend or lose.
+        (None, _) => return None,
+        (Some(C::Lost), S::Connected) if new_session => C::Reconnected,
+        (Some(C::Lost), S::ConnectedReadOnly) if new_session => C::ReadOnly,
+        // A retired client may still report; once lost, only a new session counts.
+        (Some(C::Lost), _) => return None,
+        (Some(C::Suspended), S::Connected) => C::Reconnected,
+        (Some(C::Connected | C::Reconnected), S::Connected) => return None,
+        (Some(C::ReadOnly), S::Connected) => C::Reconnected,
+        (Some(_), S::ConnectedReadOnly) => C::ReadOnly,
+        (Some(C::Suspended), S::Disconnected) => return None,
+        (Some(_), S::Disconnected) => C::Suspended,
+        (Some(_), S::Terminated | S::DeadlinePassed) => C::Lost,
+    };
+    (Some(next) != current).then_some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ClientSignal as S;
+    use ConnectionState as C;
+
+    #[test]
+    fn first_connection_is_connected_not_reconnected() {
+        assert_eq!(next_state(None, S::Connected, true), Some(C::Connected));
+        assert_eq!(next_state(None, S::ConnectedReadOnly, true), Some(C::ReadOnly));
+    }
+
+    #[test]
+    fn nothing_is_suspended_or_lost_before_the_first_session() {
+        assert_eq!(next_state(None, S::Disconnected, false), None);
+        assert_eq!(next_state(None, S::DeadlinePassed, false), None);
+        assert_eq!(next_state(None, S::Terminated, false), None);
+    }
+
+    #[test]
+    fn disconnect_then_reconnect_within_the_session() {
+        assert_eq!(next_state(Some(C::Connected), S::Disconnected, false), Some(C::Suspended));
+        assert_eq!(next_state(Some(C::Suspended), S::Disconnected, false), None);
+        assert_eq!(next_state(Some(C::Suspended), S::Connected, false), Some(C::Reconnected));
+        assert_eq!(next_state(Some(C::Reconnected), S::Disconnected, false), Some(C::Suspended));
+    }
+
+    #[test]
+    fn expiry_and_deadline_are_lost_from_any_live_state() {
+        for from in [C::Connected, C::Suspended, C::Reconnected, C::ReadOnly] {
+            assert_eq!(next_state(Some(from), S::Terminated, false), Some(C::Lost));
+            assert_eq!(next_state(Some(from), S::DeadlinePassed, false), Some(C::Lost));
+        }
+    }
+
+    #[test]
+    fn after_lost_only_a_new_session_reconnects() {
+        assert_eq!(next_state(Some(C::Lost), S::Connected, false), None);
+        assert_eq!(next_state(Some(C::Lost), S::Disconnected, false), None);
+        assert_eq!(next_state(Some(C::Lost), S::Terminated, false), None);
+        assert_eq!(next_state(Some(C::Lost), S::Connected, true), Some(C::Reconnected));
+    }
+
+    #[test]
+    fn standard_policy_counts_suspended_as_loss_session_policy_does_not() {
+        assert!(ErrorPolicy::Standard.is_error_state(C::Suspended));
+        assert!(ErrorPolicy::Standard.is_error_state(C::Lost));
+        assert!(!ErrorPolicy::SessionExpired.is_error_state(C::Suspended));
+        assert!(ErrorPolicy::SessionExpired.is_error_state(C::Lost));
+        for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
+            assert!(!policy.is_error_state(C::Connected));
+            assert!(!policy.is_error_state(C::Reconnected));
+        }
+        assert_eq!(ErrorPolicy::default(), ErrorPolicy::Standard);
+    }
+
+    #[test]
+    fn connected_states_are_the_ones_that_reach_a_server() {
+        assert!(C::Connected.is_connected());
+        assert!(C::Reconnected.is_connected());
+        assert!(C::ReadOnly.is_connected());
+        assert!(!C::Suspended.is_connected());
+        assert!(!C::Lost.is_connected());
+    }
+}
