@@ -1,0 +1,1116 @@
+//! The managed session: one ZooKeeper session at a time, Curator's connection states, a deadline
+//! up to which the session is provably alive, and a new session by itself after expiry.
+//!
+//! A [`Session`] is what Curator calls the framework (`CuratorFramework` plus its
+//! `ConnectionStateManager`). Recipes share one; it is cheap to clone. It owns a
+//! [`zookeeper_client::Client`] and adds what the raw client does not give:
+//!
+//! - **Connection states** ([`ConnectionState`]): `Connected`, `Suspended`, `Reconnected`,
+//!   `Lost`, `ReadOnly`, published through a [`tokio::sync::watch`] ([`Session::watch_status`])
+//!   and a [`Stream`] ([`Session::state_changes`]), each change logged with `tracing`.
+//! - **Lost by deadline.** The client only declares a session expired once the server says so
+//!   (or, by itself, after about 7/5 of the timeout). The server may expire the session as soon as
+//!   it has not heard from us for the negotiated timeout. So the session sends a cheap request of
+//!   its own every eighth of the timeout and remembers the *send time* of the last one that was
+//!   answered. The session can prove itself alive until that instant plus the timeout (minus a
+//!   small margin): [`Session::safe_until`]. When that deadline passes without a newer answer, the
+//!   session reports `Lost`, as Curator's "simulated session expiration" does, retires the client
+//!   and starts a new ZooKeeper session.
+//! - **A new session after loss**, reported as `Reconnected` with [`SessionStatus::new_session`]
+//!   set and a higher [`SessionStatus::epoch`], so recipes know to re-create their nodes. A holder
+//!   of the session never rebuilds it.
+//! - **Protected creates** shared by all recipes (Curator's `withProtection()`), which never leave
+//!   an orphan node behind (CURATOR-18, CURATOR-498).
+//!
+//! # Curator
+//! | Curator                                     | here                                  |
+//! |---------------------------------------------|---------------------------------------|
+//! | `CuratorFrameworkFactory.builder()`          | [`Session::builder`]                   |
+//! | `start()` + `blockUntilConnected()`          | [`SessionBuilder::connect`]            |
+//! | `getConnectionStateListenable()`             | [`Session::state_changes`], [`Session::watch_status`] |
+//! | `ConnectionState`                           | [`ConnectionState`]                    |
+//! | simulated session expiration                 | `Lost` at [`Session::safe_until`]      |
+//! | `close()`                                   | [`Session::close`]                     |
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+use zookeeper_client::{Acls, Client, CreateMode, SessionInfo, SessionState};
+
+use crate::error::{Error, Result};
+use crate::path::{self, ConnectString};
+use crate::state::{ClientSignal, ConnectionState, next_state};
+
+/// Curator's default session timeout (the server clamps it to its own limits).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Curator's default connection timeout.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How often, as a fraction of the negotiated timeout, the session proves itself alive.
+const HEARTBEATS_PER_TIMEOUT: u32 = 8;
+/// At most this many heartbeats wait for an answer at once (they queue while disconnected).
+const MAX_HEARTBEATS_IN_FLIGHT: usize = 2;
+
+/// Builds a [`Session`].
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> zookeeper_recipes::Result<()> {
+/// use std::time::Duration;
+/// use zookeeper_recipes::Session;
+///
+/// let session = Session::builder("127.0.0.1:2181/services")
+///     .session_timeout(Duration::from_secs(10))
+///     .connection_timeout(Duration::from_secs(5))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `start` or `connect` is called"]
+pub struct SessionBuilder {
+    connect: String,
+    chroot: Option<String>,
+    session_timeout: Duration,
+    connection_timeout: Duration,
+    digest: Option<(String, String)>,
+    read_only: bool,
+    lease_margin: Option<Duration>,
+}
+
+impl SessionBuilder {
+    /// The session timeout to ask the server for (default 60 s, Curator's). The server clamps it
+    /// to its `[minSessionTimeout, maxSessionTimeout]`; the negotiated value is what counts.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) waits for the first session (default 15 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// A chroot (Curator's namespace) for every path; it is created if missing. The connect
+    /// string may carry one instead (`host:2181/app`), not both.
+    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = Some(chroot.into());
+        self
+    }
+
+    /// Authenticates with ZooKeeper's `digest` scheme as `user:password`.
+    pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.digest = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Accept read-only servers (Curator's `canBeReadOnly`); default `false`.
+    pub fn can_be_read_only(mut self, allowed: bool) -> Self {
+        self.read_only = allowed;
+        self
+    }
+
+    /// How much earlier than the server could expire the session this process stops trusting it
+    /// (default 1/20 of the negotiated timeout, at least 10 ms).
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.lease_margin = Some(margin);
+        self
+    }
+
+    fn validate(self) -> Result<Config> {
+        let parsed = ConnectString::parse(&self.connect)?;
+        let chroot = match (parsed.chroot.clone(), self.chroot) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidConnectString {
+                    connect: self.connect,
+                    reason: "a chroot is given both in the connect string and by `chroot()`".into(),
+                });
+            }
+            (Some(c), None) => Some(c),
+            (None, Some(c)) => {
+                path::validate_chroot(&c)?;
+                (c != "/").then_some(c)
+            }
+            (None, None) => None,
+        };
+        if self.session_timeout.is_zero() {
+            return Err(Error::InvalidArgument {
+                what: "session timeout",
+                reason: "must be greater than zero".into(),
+            });
+        }
+        if self.connection_timeout.is_zero() {
+            return Err(Error::InvalidArgument {
+                what: "connection timeout",
+                reason: "must be greater than zero".into(),
+            });
+        }
+        if let Some((user, _)) = &self.digest {
+            if user.is_empty() || user.contains(':') {
+                return Err(Error::InvalidArgument {
+                    what: "digest user",
+                    reason: "must be non-empty and must not contain ':'".into(),
+                });
+            }
+        }
+        Ok(Config {
+            hosts: parsed.hosts_joined(),
+            chroot,
+            session_timeout: self.session_timeout,
+            connection_timeout: self.connection_timeout,
+            digest: self.digest,
+            read_only: self.read_only,
+            lease_margin: self.lease_margin,
+        })
+    }
+
+    /// Validates the settings and starts the session in the background; returns at once.
+    ///
+    /// The first state change is `Connected` once a server answers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConnectString`], [`Error::InvalidPath`] (relative chroot),
+    /// [`Error::InvalidArgument`] (zero timeout, bad digest user), [`Error::NoRuntime`] outside a
+    /// tokio runtime.
+    pub fn start(self) -> Result<Session> {
+        let config = self.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (status_tx, _) = watch::channel(SessionStatus::initial());
+        let (events_tx, _) = broadcast::channel(64);
+        let shared = Arc::new(Shared {
+            config,
+            status_tx,
+            events_tx,
+            current: RwLock::new(None),
+            stop: CancellationToken::new(),
+            supervisor: Mutex::new(None),
+        });
+        let task = runtime.spawn(supervise(Arc::clone(&shared)));
+        if let Ok(mut slot) = shared.supervisor.lock() {
+            *slot = Some(task);
+        }
+        let closer = Arc::new(StopOnDrop(shared.stop.clone()));
+        Ok(Session { shared, _closer: closer })
+    }
+
+    /// Starts the session and waits until the first ZooKeeper session is established, at most
+    /// the connection timeout.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), and [`Error::Timeout`] when no server answered in time (the
+    /// session is then closed).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the session, which stops connecting.
+    pub async fn connect(self) -> Result<Session> {
+        let timeout = self.connection_timeout;
+        let session = self.start()?;
+        session.wait_connected(timeout).await?;
+        Ok(session)
+    }
+}
+
+#[derive(Debug)]
+struct Config {
+    hosts: String,
+    chroot: Option<String>,
+    session_timeout: Duration,
+    connection_timeout: Duration,
+    digest: Option<(String, String)>,
+    read_only: bool,
+    lease_margin: Option<Duration>,
+}
+
+/// A snapshot of the session, as published on every change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionStatus {
+    /// The connection state; `None` until the first session is established.
+    pub state: Option<ConnectionState>,
+    /// The ZooKeeper session id, while a session exists.
+    pub session_id: Option<i64>,
+    /// How many ZooKeeper sessions this [`Session`] has established; rises with each new one.
+    pub epoch: u64,
+    /// Set on the change that reports a newly established ZooKeeper session (the first
+    /// `Connected`, and `Reconnected` after `Lost`): recipes must re-create their nodes.
+    pub new_session: bool,
+    /// Set once the session was closed; nothing follows.
+    pub closed: bool,
+}
+
+impl SessionStatus {
+    fn initial() -> Self {
+        SessionStatus { state: None, session_id: None, epoch: 0, new_session: false, closed: false }
+    }
+}
+
+/// A managed ZooKeeper session shared by recipes. Cheap to clone; the session closes when the
+/// last clone is dropped (or at [`close`](Self::close)).
+///
+/// See the [module docs](self) for what it adds to the raw client.
+#[derive(Clone)]
+pub struct Session {
+    shared: Arc<Shared>,
+    _closer: Arc<StopOnDrop>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("hosts", &self.shared.config.hosts)
+            .field("chroot", &self.shared.config.chroot)
+            .field("status", &*self.shared.status_tx.borrow())
+            .finish()
+    }
+}
+
+struct StopOnDrop(CancellationToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+struct Shared {
+    config: Config,
+    status_tx: watch::Sender<SessionStatus>,
+    events_tx: broadcast::Sender<SessionStatus>,
+    current: RwLock<Option<Live>>,
+    stop: CancellationToken,
+    supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// The client of one ZooKeeper session, with the clock that proves it alive.
+#[derive(Clone)]
+pub(crate) struct Live {
+    pub(crate) client: Client,
+    pub(crate) epoch: u64,
+    pub(crate) session_id: i64,
+    lease: Arc<Lease>,
+}
+
+impl Live {
+    /// The instant up to which this session is provably alive on the server.
+    pub(crate) fn safe_until(&self) -> Instant {
+        self.lease.safe_until()
+    }
+}
+
+/// Tracks the send time of the last answered request of one ZooKeeper session.
+struct Lease {
+    acked: Mutex<Instant>,
+    timeout: Duration,
+    margin: Duration,
+    lost: AtomicBool,
+    lost_at: Mutex<Option<Instant>>,
+}
+
+impl Lease {
+    fn new(acked: Instant, timeout: Duration, margin: Option<Duration>) -> Self {
+        Lease {
+            acked: Mutex::new(acked),
+            timeout,
+            margin: margin.unwrap_or_else(|| default_margin(timeout)),
+            lost: AtomicBool::new(false),
+            lost_at: Mutex::new(None),
+        }
+    }
+
+    fn acked(&self) -> Instant {
+        self.acked.lock().map(|a| *a).unwrap_or_else(|p| *p.into_inner())
+    }
+
+    /// Records that a request sent at `sent` was answered.
+    fn advance(&self, sent: Instant) {
+        if let Ok(mut acked) = self.acked.lock() {
+            if sent > *acked {
+                *acked = sent;
+            }
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        lease_deadline(self.acked(), self.timeout, self.margin)
+    }
+
+    fn safe_until(&self) -> Instant {
+        let deadline = self.deadline();
+        if self.lost.load(Ordering::Acquire) {
+            let lost_at = self.lost_at.lock().ok().and_then(|l| *l);
+            return lost_at.map_or(deadline, |at| at.min(deadline));
+        }
+        deadline
+    }
+
+    fn mark_lost(&self) {
+        if let Ok(mut at) = self.lost_at.lock() {
+            at.get_or_insert_with(Instant::now);
+        }
+        self.lost.store(true, Ordering::Release);
+    }
+}
+
+/// The lease margin when none is configured: 1/20 of the timeout, at least 10 ms, and never more
+/// than half the timeout.
+pub(crate) fn default_margin(timeout: Duration) -> Duration {
+    (timeout / 20).max(Duration::from_millis(10)).min(timeout / 2)
+}
+
+/// `acked + timeout - margin`: until then the server cannot have expired the session, because it
+/// heard from us no earlier than `acked` and expires a session only after `timeout` of silence.
+pub(crate) fn lease_deadline(acked: Instant, timeout: Duration, margin: Duration) -> Instant {
+    acked + timeout.saturating_sub(margin)
+}
+
+/// How often the session proves itself alive.
+pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
+    (timeout / HEARTBEATS_PER_TIMEOUT).max(Duration::from_millis(5))
+}
+
+impl Session {
+    /// A builder for a session to the servers in `connect` (`host:port[,host:port...][/chroot]`).
+    ///
+    /// Nothing is validated or connected until [`SessionBuilder::start`] or
+    /// [`SessionBuilder::connect`].
+    pub fn builder(connect: impl Into<String>) -> SessionBuilder {
+        SessionBuilder {
+            connect: connect.into(),
+            chroot: None,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            digest: None,
+            read_only: false,
+            lease_margin: None,
+        }
+    }
+
+    /// The current connection state; `None` until the first session is established.
+    pub fn state(&self) -> Option<ConnectionState> {
+        self.shared.status_tx.borrow().state
+    }
+
+    /// The current status snapshot.
+    pub fn status(&self) -> SessionStatus {
+        self.shared.status_tx.borrow().clone()
+    }
+
+    /// A watch of the status: always holds the latest value, intermediate ones may be skipped.
+    /// Use [`state_changes`](Self::state_changes) to see every transition.
+    pub fn watch_status(&self) -> watch::Receiver<SessionStatus> {
+        self.shared.status_tx.subscribe()
+    }
+
+    /// Every state change from now on, as Curator's `ConnectionStateListener` sees them. A
+    /// listener that falls more than 64 changes behind gets the latest status instead of the ones
+    /// it missed. The stream ends when the session is closed.
+    pub fn state_changes(&self) -> impl Stream<Item = SessionStatus> + Send + 'static {
+        let mut rx = self.shared.events_tx.subscribe();
+        let status = self.shared.status_tx.subscribe();
+        async_stream::stream! {
+            loop {
+                match rx.recv().await {
+                    Ok(s) => {
+                        let closed = s.closed;
+                        yield s;
+                        if closed { break; }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let s = status.borrow().clone();
+                        yield s;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        }
+    }
+
+    /// The ZooKeeper session id, while a session exists.
+    pub fn session_id(&self) -> Option<i64> {
+        self.live().ok().map(|l| l.session_id)
+    }
+
+    /// The negotiated session timeout of the current session.
+    pub fn negotiated_timeout(&self) -> Option<Duration> {
+        self.live().ok().map(|l| l.lease.timeout)
+    }
+
+    /// The id and password of the current ZooKeeper session, for tools that must act on it from
+    /// outside (the test harness's `expire_session`). Keep it secret: it lets anyone take the
+    /// session over.
+    pub fn zookeeper_session(&self) -> Option<SessionInfo> {
+        self.live().ok().map(|l| l.client.session().clone())
+    }
+
+    /// The raw client of the current ZooKeeper session (chrooted), for operations the recipes do
+    /// not cover. It stops working when the session is lost; fetch a new one afterwards.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLoss`] while no session exists, [`Error::Closed`] after close.
+    pub fn client(&self) -> Result<Client> {
+        self.live().map(|l| l.client)
+    }
+
+    /// The instant up to which this process can prove its session, and so its ephemeral nodes,
+    /// alive on the server: the send time of the last answered request plus the negotiated
+    /// timeout, minus a small margin. In the past while no session exists or after `Lost`.
+    ///
+    /// A leader that was frozen or partitioned past this instant must stop acting as soon as it
+    /// runs again, before any network round trip: compare with [`Instant::now`].
+    pub fn safe_until(&self) -> Instant {
+        match self.live() {
+            Ok(live) => live.safe_until(),
+            Err(_) => Instant::now() - Duration::from_millis(1),
+        }
+    }
+
+    /// Waits until a session is established (`Connected`, `Reconnected` or `ReadOnly`), at most
+    /// `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when none is in time, [`Error::Closed`] when the session closes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes.
+    pub async fn wait_connected(&self, timeout: Duration) -> Result<()> {
+        let mut rx = self.watch_status();
+        let wait = rx.wait_for(|s| s.closed || s.state.is_some_and(ConnectionState::is_connected));
+        match tokio::time::timeout(timeout, wait).await {
+            Err(_) => Err(Error::Timeout(timeout)),
+            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Ok(s)) if s.closed => Err(Error::Closed),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// Closes the session: ends the ZooKeeper session on the server (deleting this session's
+    /// ephemeral nodes at once) and stops reconnecting. Recipes using it see `Lost` and stop.
+    /// Waits at most the connection timeout for the server to confirm.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for reporting a close the server did not confirm.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the close is started before the first await and completes in the background.
+    pub async fn close(&self) -> Result<()> {
+        self.shared.stop.cancel();
+        let task = self.shared.supervisor.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(self.shared.config.connection_timeout, task).await;
+        }
+        Ok(())
+    }
+
+    /// The live client of session `epoch`, if that session is still the current one.
+    pub(crate) fn live_for(&self, epoch: u64) -> Option<Live> {
+        self.live().ok().filter(|l| l.epoch == epoch)
+    }
+
+    /// [`safe_until`](Self::safe_until) of session `epoch`; in the past once another session
+    /// replaced it.
+    pub(crate) fn safe_until_for(&self, epoch: u64) -> Instant {
+        match self.live_for(epoch) {
+            Some(live) => live.safe_until(),
+            None => Instant::now() - Duration::from_millis(1),
+        }
+    }
+
+    /// The configured session timeout (what was asked for, not what was negotiated).
+    pub(crate) fn requested_timeout(&self) -> Duration {
+        self.shared.config.session_timeout
+    }
+
+    /// A receiver of every status change (what [`state_changes`](Self::state_changes) is built on).
+    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<SessionStatus> {
+        self.shared.events_tx.subscribe()
+    }
+
+    pub(crate) fn live(&self) -> Result<Live> {
+        if self.shared.stop.is_cancelled() {
+            return Err(Error::Closed);
+        }
+        let current = self.shared.current.read().map_err(|_| Error::Closed)?;
+        match &*current {
+            Some(live) if !live.lease.lost.load(Ordering::Acquire) => Ok(live.clone()),
+            _ => Err(Error::ConnectionLoss),
+        }
+    }
+
+    /// Waits for a live, writable session, at most `timeout`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn wait_live(&self, timeout: Duration) -> Result<Live> {
+        let mut rx = self.watch_status();
+        let wait = rx.wait_for(|s| {
+            s.closed
+                || matches!(s.state, Some(ConnectionState::Connected | ConnectionState::Reconnected))
+        });
+        match tokio::time::timeout(timeout, wait).await {
+            Err(_) => Err(Error::Timeout(timeout)),
+            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Ok(s)) if s.closed => Err(Error::Closed),
+            Ok(Ok(_)) => self.live(),
+        }
+    }
+
+    /// The configured connection timeout: how long recipes wait for a connection.
+    pub(crate) fn connection_timeout(&self) -> Duration {
+        self.shared.config.connection_timeout
+    }
+
+    /// The token that fires when the session is closed.
+    pub(crate) fn closed_token(&self) -> CancellationToken {
+        self.shared.stop.clone()
+    }
+
+    /// Creates an ephemeral-sequential node `<parent>/_c_<uuid>-<lock_name><seq>` with `data`,
+    /// Curator's protected create, creating missing parents as containers.
+    ///
+    /// When `list` is set, the parent's children are listed in the same round trip (the request is
+    /// queued right behind the create), so the listing already contains the new node.
+    ///
+    /// After a connection loss it looks for its node by the uuid among the parent's children and
+    /// adopts it only if the node belongs to the current session (CURATOR-498); a node of an
+    /// earlier session is deleted and the create repeated. It gives up when `cancel` fires, and
+    /// then deletes whatever it may have created; if the future is dropped mid-way, a background
+    /// task does that deletion (CURATOR-18).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when cancelled or the session closes; ZooKeeper errors other than
+    /// connection loss and expiry (which are retried).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves no node behind once the background cleanup has run: the cleanup
+    /// lists the parent on the same client, behind the in-flight create, so it sees the node if
+    /// the create succeeded.
+    pub(crate) async fn create_protected(
+        &self,
+        parent: &str,
+        lock_name: &str,
+        data: &[u8],
+        list: bool,
+        cancel: &CancellationToken,
+    ) -> Result<CreatedNode> {
+        let uuid = uuid::Uuid::new_v4();
+        let prefix = path::protected_prefix(&uuid);
+        let mut guard = OrphanGuard {
+            session: Some(self.clone()),
+            parent: parent.to_owned(),
+            prefix: prefix.clone(),
+        };
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(Error::Closed),
+            r = self.create_protected_attempts(parent, lock_name, &prefix, data, list) => r,
+        };
+        match result {
+            Ok(node) => {
+                guard.session = None;
+                Ok(node)
+            }
+            Err(err) => {
+                // Inline cleanup, so `close().await` returns with the node gone; the guard stays
+                // armed in case this future is dropped meanwhile.
+                self.delete_protected(parent, &prefix).await;
+                guard.session = None;
+                Err(err)
+            }
+        }
+    }
+
+    async fn create_protected_attempts(
+        &self,
+        parent: &str,
+        lock_name: &str,
+        prefix: &str,
+        data: &[u8],
+        list: bool,
+    ) -> Result<CreatedNode> {
+        let node_prefix = path::join(parent, &format!("{prefix}{lock_name}"));
+        let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        // Whether an earlier attempt may have created a node whose reply we never saw.
+        let mut maybe_created = false;
+        loop {
+            let live = self.wait_live(self.connection_timeout()).await?;
+            if maybe_created {
+                match self.find_protected(&live, parent, prefix).await {
+                    Ok(Some((name, stat))) if stat.ephemeral_owner == live.session_id => {
+                        debug!(parent, node = %name, "adopted protected node after a lost create reply");
+                        let children = if list {
+                            live.client.list_children(parent).await.ok()
+                        } else {
+                            None
+                        };
+                        let sequence = path::sequence_of(&name, lock_name).unwrap_or_default();
+                        return Ok(CreatedNode {
+                            path: path::join(parent, &name),
+                            name,
+                            czxid: stat.czxid,
+                            sequence,
+                            epoch: live.epoch,
+                            session_id: live.session_id,
+                            children,
+                        });
+                    }
+                    Ok(Some((name, stat))) => {
+                        warn!(parent, node = %name, owner = %hex(stat.ephemeral_owner),
+                            "found our protected node owned by an earlier session; deleting it (CURATOR-498)");
+                        let target = path::join(parent, &name);
+                        match live.client.delete(&target, None).await {
+                            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                            Err(e) if is_retryable(&e) => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) if is_retryable(&e) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let create = live.client.create(&node_prefix, data, &ephemeral);
+            let listing = list.then(|| live.client.list_children(parent));
+            match create.await {
+                Ok((stat, sequence)) => {
+                    let name = format!("{prefix}{lock_name}{sequence}");
+                    let children = match listing {
+                        Some(l) => l.await.ok(),
+                        None => None,
+                    };
+                    return Ok(CreatedNode {
+                        path: path::join(parent, &name),
+                        name,
+                        czxid: stat.czxid,
+                        sequence: u64::try_from(sequence.into_i64()).unwrap_or_default(),
+                        epoch: live.epoch,
+                        session_id: live.session_id,
+                        children,
+                    });
+                }
+                Err(zookeeper_client::Error::NoNode) => {
+                    self.create_parents(&live, parent).await?;
+                }
+                Err(e) if is_retryable(&e) => {
+                    debug!(parent, error = %e, "protected create interrupted; will look for our node");
+                    maybe_created = true;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Creates `path` and its missing ancestors as container nodes (Curator's
+    /// `creatingParentContainersIfNeeded`).
+    pub(crate) async fn create_parents(&self, live: &Live, path: &str) -> Result<()> {
+        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+        match live.client.mkdir(path, &container).await {
+            Ok(()) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn find_protected(
+        &self,
+        live: &Live,
+        parent: &str,
+        prefix: &str,
+    ) -> std::result::Result<Option<(String, zookeeper_client::Stat)>, zookeeper_client::Error> {
+        let children = match live.client.list_children(parent).await {
+            Ok(c) => c,
+            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
+            if let Some(stat) = live.client.check_stat(&path::join(parent, &name)).await? {
+                return Ok(Some((name, stat)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes every child of `parent` that carries `prefix`, on the current session, waiting
+    /// for a connection no longer than the session stays provably alive. A node that cannot be
+    /// reached in that time dies with its session.
+    pub(crate) async fn delete_protected(&self, parent: &str, prefix: &str) {
+        let bound = self.shared.config.session_timeout.max(self.connection_timeout());
+        let Ok(live) = self.wait_live(bound).await else {
+            return;
+        };
+        let children = match live.client.list_children(parent).await {
+            Ok(children) => children,
+            Err(e) => {
+                debug!(parent, error = %e, "could not list for protected cleanup");
+                return;
+            }
+        };
+        for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
+            let target = path::join(parent, &name);
+            match live.client.delete(&target, None).await {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => {
+                    debug!(node = %target, "deleted node of an abandoned create")
+                }
+                Err(e) => warn!(node = %target, error = %e, "could not delete node of an abandoned create"),
+            }
+        }
+    }
+}
+
+/// The node made by [`Session::create_protected`].
+#[derive(Debug, Clone)]
+pub(crate) struct CreatedNode {
+    pub(crate) path: String,
+    pub(crate) name: String,
+    pub(crate) czxid: i64,
+    pub(crate) sequence: u64,
+    pub(crate) epoch: u64,
+    pub(crate) session_id: i64,
+    pub(crate) children: Option<Vec<String>>,
+}
+
+/// Deletes the nodes of an abandoned protected create in the background.
+struct OrphanGuard {
+    session: Option<Session>,
+    parent: String,
+    prefix: String,
+}
+
+impl Drop for OrphanGuard {
+    fn drop(&mut self) {
+        let Some(session) = self.session.take() else {
+            return;
+        };
+        let parent = std::mem::take(&mut self.parent);
+        let prefix = std::mem::take(&mut self.prefix);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move { session.delete_protected(&parent, &prefix).await });
+            }
+            Err(_) => warn!(parent, prefix, "no runtime to clean up an abandoned create; the node ends with its session"),
+        }
+    }
+}
+
+fn is_retryable(e: &zookeeper_client::Error) -> bool {
+    matches!(e, zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::SessionExpired)
+}
+
+pub(crate) fn hex(id: i64) -> String {
+    format!("{id:#x}")
+}
+
+/// Why a ZooKeeper session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndOfSession {
+    Closed,
+    Lost,
+}
+
+type Heartbeat = Pin<Box<dyn std::future::Future<Output = (Instant, bool)> + Send>>;
+
+/// The session's one background task: connects, watches, proves the session alive, starts a new
+/// session after loss. All state changes go through `publish`.
+async fn supervise(shared: Arc<Shared>) {
+    let mut epoch = 0u64;
+    let mut state: Option<ConnectionState> = None;
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        let connected = tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            r = connect_client(&shared.config) => r,
+        };
+        let client = match connected {
+            Ok(client) => client,
+            Err(err) => {
+                failures = failures.saturating_add(1);
+                let backoff = retry_backoff(failures, shared.config.connection_timeout);
+                if matches!(err, Error::AuthFailed) {
+                    error!(hosts = %shared.config.hosts, "ZooKeeper refused the credentials; retrying in {backoff:?}");
+                } else {
+                    warn!(hosts = %shared.config.hosts, error = %err, "could not establish a ZooKeeper session; retrying in {backoff:?}");
+                }
+                tokio::select! {
+                    _ = shared.stop.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => continue,
+                }
+            }
+        };
+        failures = 0;
+        epoch += 1;
+        let session_id = client.session_id().0;
+        let timeout = client.session_timeout();
+        let lease = Arc::new(Lease::new(started, timeout, shared.config.lease_margin));
+        let live = Live { client: client.clone(), epoch, session_id, lease: Arc::clone(&lease) };
+        if let Ok(mut current) = shared.current.write() {
+            *current = Some(live.clone());
+        }
+        info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = timeout.as_millis() as u64,
+            "ZooKeeper session established");
+        let signal = if client.state() == SessionState::ConnectedReadOnly {
+            ClientSignal::ConnectedReadOnly
+        } else {
+            ClientSignal::Connected
+        };
+        if let Some(next) = next_state(state, signal, true) {
+            state = Some(next);
+            publish(&shared, next, Some(session_id), epoch, true);
+        }
+        let end = serve(&shared, &live, &mut state).await;
+        lease.mark_lost();
+        if let Ok(mut current) = shared.current.write() {
+            *current = None;
+        }
+        match end {
+            EndOfSession::Closed => {
+                close_client(client, shared.config.connection_timeout).await;
+                break;
+            }
+            EndOfSession::Lost => {
+                // Retire the client. If it ever reaches a server again while its session is
+                // still alive there, it closes that session (deleting its ephemeral nodes)
+                // because no handle to it remains.
+                drop(live);
+                drop(client);
+            }
+        }
+    }
+    if let Ok(mut current) = shared.current.write() {
+        *current = None;
+    }
+    let status = SessionStatus {
+        state: state.map(|_| ConnectionState::Lost),
+        session_id: None,
+        epoch,
+        new_session: false,
+        closed: true,
+    };
+    info!(epoch, "session closed");
+    shared.status_tx.send_replace(status.clone());
+    let _ = shared.events_tx.send(status);
+}
+
+/// Serves one ZooKeeper session until it ends.
+async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>) -> EndOfSession {
+    let client = &live.client;
+    let mut watcher = client.state_watcher();
+    let interval = heartbeat_interval(live.lease.timeout);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
+    loop {
+        let deadline = tokio::time::Instant::from_std(live.lease.deadline());
+        let signal = tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return EndOfSession::Closed,
+            _ = tokio::time::sleep_until(deadline) => {
+                // The timer may fire late (a frozen process): re-read the lease first, a
+                // heartbeat answer may have moved it.
+                if Instant::now() < live.lease.deadline() {
+                    continue;
+                }
+                warn!(session_id = %hex(live.session_id),
+                    silent_ms = live.lease.acked().elapsed().as_millis() as u64,
+                    "no answer from ZooKeeper within the session timeout: session lost");
+                ClientSignal::DeadlinePassed
+            }
+            zk = watcher.changed() => {
+                debug!(session_id = %hex(live.session_id), zk_state = %zk, "client state changed");
+                match zk {
+                    SessionState::SyncConnected => {
+                        heartbeats.push(heartbeat(client.clone()));
+                        ClientSignal::Connected
+                    }
+                    SessionState::ConnectedReadOnly => ClientSignal::ConnectedReadOnly,
+                    SessionState::Disconnected => ClientSignal::Disconnected,
+                    _ => ClientSignal::Terminated,
+                }
+            }
+            Some((sent, ok)) = heartbeats.next(), if !heartbeats.is_empty() => {
+                if ok {
+                    live.lease.advance(sent);
+                }
+                continue;
+            }
+            _ = ticker.tick() => {
+                if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
+                    heartbeats.push(heartbeat(client.clone()));
+                }
+                continue;
+            }
+        };
+        if let Some(next) = next_state(*state, signal, false) {
+            *state = Some(next);
+            publish(shared, next, Some(live.session_id), live.epoch, false);
+        }
+        if matches!(signal, ClientSignal::Terminated | ClientSignal::DeadlinePassed) {
+            return EndOfSession::Lost;
+        }
+    }
+}
+
+/// Sends one cheap request; yields its send time and whether it was answered.
+fn heartbeat(client: Client) -> Heartbeat {
+    let sent = Instant::now();
+    Box::pin(async move {
+        let ok = client.check_stat("/").await.is_ok();
+        (sent, ok)
+    })
+}
+
+fn publish(shared: &Shared, state: ConnectionState, session_id: Option<i64>, epoch: u64, new_session: bool) {
+    let sid = session_id.map(hex).unwrap_or_default();
+    match state {
+        ConnectionState::Connected | ConnectionState::Reconnected => {
+            info!(session_id = %sid, epoch, new_session, state = %state, "connection state changed")
+        }
+        ConnectionState::ReadOnly | ConnectionState::Suspended | ConnectionState::Lost => {
+            warn!(session_id = %sid, epoch, state = %state, "connection state changed")
+        }
+    }
+    let status = SessionStatus {
+        state: Some(state),
+        session_id: (state != ConnectionState::Lost).then_some(session_id).flatten(),
+        epoch,
+        new_session,
+        closed: false,
+    };
+    shared.status_tx.send_replace(status.clone());
+    let _ = shared.events_tx.send(status);
+}
+
+/// Builds a client for a new ZooKeeper session, creating the chroot if needed.
+async fn connect_client(config: &Config) -> Result<Client> {
+    let mut connector = Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_readonly(config.read_only);
+    if let Some((user, password)) = &config.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    let client = connector.connect(&config.hosts).await?;
+    let Some(chroot) = &config.chroot else {
+        return Ok(client);
+    };
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    match client.mkdir(chroot, &persistent).await {
+        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+        Err(e) => warn!(chroot, error = %e, "could not create the chroot"),
+    }
+    client.chroot(chroot.clone()).map_err(|_| Error::InvalidPath {
+        path: chroot.clone(),
+        reason: "the client refused this chroot",
+    })
+}
+
+/// Drops the last handle of `client` (which makes it send CloseSession) and waits, bounded, for
+/// the client to report that it is closed.
+async fn close_client(client: Client, bound: Duration) {
+    let mut watcher = client.state_watcher();
+    drop(client);
+    let closed = async {
+        while !watcher.peek_state().is_terminated() {
+            watcher.changed().await;
+        }
+    };
+    if tokio::time::timeout(bound, closed).await.is_err() {
+        debug!("server did not confirm the session close in time");
+    }
+}
+
+/// Pause before the next connect attempt: doubles from 100 ms, at most `cap`.
+pub(crate) fn retry_backoff(failures: u32, cap: Duration) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    Duration::from_millis(100).saturating_mul(1u32 << exp).min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_deadline_is_last_ack_plus_timeout_minus_margin() {
+        let t0 = Instant::now();
+        let d = lease_deadline(t0, Duration::from_secs(2), Duration::from_millis(100));
+        assert_eq!(d - t0, Duration::from_millis(1900));
+        // A margin larger than the timeout never puts the deadline before the ack.
+        assert_eq!(lease_deadline(t0, Duration::from_millis(5), Duration::from_secs(1)), t0);
+    }
+
+    #[test]
+    fn default_margin_is_a_twentieth_with_a_floor() {
+        assert_eq!(default_margin(Duration::from_secs(2)), Duration::from_millis(100));
+        assert_eq!(default_margin(Duration::from_millis(100)), Duration::from_millis(10));
+        assert_eq!(default_margin(Duration::from_millis(10)), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn lease_only_moves_forward_and_stops_at_loss() {
+        let t0 = Instant::now();
+        let lease = Lease::new(t0, Duration::from_secs(10), Some(Duration::ZERO));
+        lease.advance(t0 + Duration::from_secs(3));
+        lease.advance(t0 + Duration::from_secs(1));
+        assert_eq!(lease.safe_until(), t0 + Duration::from_secs(13));
+        lease.mark_lost();
+        assert!(lease.safe_until() <= Instant::now());
+    }
+
+    #[test]
+    fn heartbeats_are_an_eighth_of_the_timeout() {
+        assert_eq!(heartbeat_interval(Duration::from_secs(8)), Duration::from_secs(1));
+        assert_eq!(heartbeat_interval(Duration::from_millis(16)), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn retry_backoff_doubles_up_to_the_cap() {
+        let cap = Duration::from_secs(1);
+        assert_eq!(retry_backoff(1, cap), Duration::from_millis(100));
+        assert_eq!(retry_backoff(2, cap), Duration::from_millis(200));
+        assert_eq!(retry_backoff(4, cap), Duration::from_millis(800));
+        assert_eq!(retry_backoff(5, cap), cap);
+        assert_eq!(retry_backoff(u32::MAX, cap), cap);
+    }
+
+    #[test]
+    fn bad_settings_are_rejected_before_connecting() {
+        let bad = |b: SessionBuilder| b.validate().err();
+        assert!(matches!(bad(Session::builder("")), Some(Error::InvalidConnectString { .. })));
+        assert!(matches!(bad(Session::builder("a:1,,b:2")), Some(Error::InvalidConnectString { .. })));
+        assert!(matches!(
+            bad(Session::builder("a:1").session_timeout(Duration::ZERO)),
+            Some(Error::InvalidArgument { what: "session timeout", .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").connection_timeout(Duration::ZERO)),
+            Some(Error::InvalidArgument { what: "connection timeout", .. })
+        ));
+        assert!(matches!(bad(Session::builder("a:1").chroot("app")), Some(Error::InvalidPath { .. })));
+        assert!(matches!(
+            bad(Session::builder("a:1/x").chroot("/y")),
+            Some(Error::InvalidConnectString { .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").digest_auth("", "p")),
+            Some(Error::InvalidArgument { what: "digest user", .. })
+        ));
+        let ok = Session::builder("a:1").chroot("/app").validate().unwrap();
+        assert_eq!(ok.chroot.as_deref(), Some("/app"));
+    }
+
+    #[test]
+    fn start_outside_a_runtime_is_a_typed_error() {
+        assert!(matches!(Session::builder("127.0.0.1:1").start(), Err(Error::NoRuntime)));
+    }
+
+    #[test]
+    fn session_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+        assert_send_sync::<Session>();
+        assert_send_sync::<SessionStatus>();
+    }
+}
