@@ -2,10 +2,21 @@
 //!
 //! (crate docs are written in a later step)
 
+pub mod contender;
 pub mod error;
+pub mod fencing;
+pub mod leader;
+pub mod path;
+pub mod session;
+pub mod state;
 
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+pub use contender::{Participant, TermEnd};
 pub use error::{Error, Result};
+pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};
+pub use leader::{CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder};
+pub use session::{Session, SessionBuilder, SessionStatus};
+pub use state::{ConnectionState, ErrorPolicy};

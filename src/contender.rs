@@ -1,0 +1,722 @@
+//! The contender core: the one implementation of the predecessor-watch election that
+//! `LeaderLatch`, `LeaderSelector` and `InterProcessMutex` share.
+//!
+//! Each contender owns one ephemeral-sequential node under the recipe path, made by the
+//! session's protected create. The lowest sequence leads; every other contender watches only the
+//! node just before its own (no herd). The loop below is a small state machine, one background
+//! task per contender, and every transition is logged with the path, participant id, session id
+//! and, for terms, the fencing token.
+//!
+//! The rules, each learned from a Curator bug:
+//! - set leadership false *before* watching the predecessor (CURATOR-652/653);
+//! - a predecessor already gone when the watch is set means re-list, not reset: deleting and
+//!   re-creating our node there livelocks (CURATOR-644/645);
+//! - before claiming leadership, read our own node and check that the current session owns it
+//!   (CURATOR-696: a node the server was still deleting after expiry once made two leaders);
+//! - our node, or the whole recipe path, vanished: create the node again (CURATOR-724);
+//! - after a new session, the old node is deleted (if it still exists) and a new one created,
+//!   which gives a new, higher fencing token;
+//! - close and drop delete the node, also while its create is in flight (CURATOR-18).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+use zookeeper_client::{EventType, OneshotWatcher};
+
+use crate::error::{Error, Result};
+use crate::fencing::{FencingToken, Leadership};
+use crate::path::{self, Standing};
+use crate::session::{Live, Session, SessionStatus, hex, retry_backoff};
+use crate::state::{ConnectionState, ErrorPolicy};
+
+/// A participant in an election or a lock queue, as Curator's `Participant`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Participant {
+    /// The participant id: the node's data as UTF-8 (lossy). Curator latches store their id there;
+    /// a Curator mutex or selector without an id stores the host's IP address.
+    pub id: String,
+    /// Whether this participant currently leads (holds the lock).
+    #[serde(rename = "leader")]
+    pub is_leader: bool,
+}
+
+impl Participant {
+    /// Curator's dummy participant, returned by `leader()` when there is none: empty id, not
+    /// leader.
+    pub fn none() -> Self {
+        Participant { id: String::new(), is_leader: false }
+    }
+}
+
+/// Whether a contender stays in the election after a term ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TermMode {
+    /// Stay (a latch): after a lost term, keep or re-create the node and compete again.
+    Repeat,
+    /// One term only (a lock hold, a selector term): when it ends, delete the node and stop.
+    Once,
+}
+
+/// What a contender is configured with.
+#[derive(Debug, Clone)]
+pub(crate) struct ContenderSpec {
+    pub(crate) path: String,
+    pub(crate) lock_name: &'static str,
+    pub(crate) id: String,
+    pub(crate) data: Vec<u8>,
+    pub(crate) policy: ErrorPolicy,
+    pub(crate) mode: TermMode,
+    /// `latch`, `selector`, `mutex`: for logs.
+    pub(crate) recipe: &'static str,
+}
+
+/// Where a contender is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting for a session or creating its node.
+    Joining,
+    /// In line behind `position` others.
+    Waiting { position: usize },
+    /// Leading (a term is running).
+    Leading,
+    /// Finished: closed, or its one term is over. The node is deleted.
+    Done,
+}
+
+/// Why a term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TermEnd {
+    /// The connection was suspended (ends terms under the Standard policy).
+    Suspended,
+    /// The session was lost.
+    Lost,
+    /// Connected to a read-only server, which cannot prove the session alive on the quorum.
+    ReadOnly,
+    /// The leader's node was deleted by someone else.
+    NodeDeleted,
+    /// The deadline ([`Leadership::valid_until`]) passed without the session being proven alive.
+    DeadlinePassed,
+    /// The recipe was closed, or the holder released.
+    Closed,
+}
+
+impl TermEnd {
+    /// A short name for logs and JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TermEnd::Suspended => "suspended",
+            TermEnd::Lost => "lost",
+            TermEnd::ReadOnly => "read_only",
+            TermEnd::NodeDeleted => "node_deleted",
+            TermEnd::DeadlinePassed => "deadline_passed",
+            TermEnd::Closed => "closed",
+        }
+    }
+}
+
+impl std::fmt::Display for TermEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a contender reports, in order.
+#[derive(Debug, Clone)]
+pub(crate) enum ContenderEvent {
+    /// A term began.
+    Leader(Leadership),
+    /// The term ended.
+    NotLeader { term: Leadership, reason: TermEnd },
+    /// The session's connection state changed.
+    State(ConnectionState),
+}
+
+/// Our own node.
+#[derive(Debug, Clone)]
+struct OwnNode {
+    path: String,
+    name: String,
+    epoch: u64,
+}
+
+struct Shared {
+    spec: ContenderSpec,
+    session: Session,
+    stop: CancellationToken,
+    leadership_tx: watch::Sender<Option<Leadership>>,
+    phase_tx: watch::Sender<Phase>,
+    node_tx: watch::Sender<Option<String>>,
+    events_tx: broadcast::Sender<ContenderEvent>,
+    notify_on_close: std::sync::atomic::AtomicBool,
+}
+
+/// A running contender. Dropping it stops it; its task then deletes the node in the background.
+pub(crate) struct Contender {
+    shared: Arc<Shared>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Contender {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
+    }
+}
+
+impl Contender {
+    /// Starts the contender's task.
+    pub(crate) fn start(session: Session, spec: ContenderSpec, notify_on_close: bool) -> Result<Self> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (leadership_tx, _) = watch::channel(None);
+        let (phase_tx, _) = watch::channel(Phase::Joining);
+        let (node_tx, _) = watch::channel(None);
+        let (events_tx, _) = broadcast::channel(256);
+        let shared = Arc::new(Shared {
+            spec,
+            session,
+            stop: CancellationToken::new(),
+            leadership_tx,
+            phase_tx,
+            node_tx,
+            events_tx,
+            notify_on_close: std::sync::atomic::AtomicBool::new(notify_on_close),
+        });
+        let span = info_span!("contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
+        let task = runtime.spawn(run(Arc::clone(&shared)).instrument(span));
+        Ok(Contender { shared, task: Mutex::new(Some(task)) })
+    }
+
+    pub(crate) fn leadership(&self) -> watch::Receiver<Option<Leadership>> {
+        self.shared.leadership_tx.subscribe()
+    }
+
+    pub(crate) fn current_leadership(&self) -> Option<Leadership> {
+        self.shared.leadership_tx.borrow().clone()
+    }
+
+    pub(crate) fn phase(&self) -> watch::Receiver<Phase> {
+        self.shared.phase_tx.subscribe()
+    }
+
+    pub(crate) fn our_path(&self) -> Option<String> {
+        self.shared.node_tx.borrow().clone()
+    }
+
+    pub(crate) fn events(&self) -> broadcast::Receiver<ContenderEvent> {
+        self.shared.events_tx.subscribe()
+    }
+
+    pub(crate) fn spec(&self) -> &ContenderSpec {
+        &self.shared.spec
+    }
+
+    pub(crate) fn session(&self) -> &Session {
+        &self.shared.session
+    }
+
+    pub(crate) fn set_notify_on_close(&self, notify: bool) {
+        self.shared.notify_on_close.store(notify, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.shared.stop.is_cancelled()
+    }
+
+    /// Stops the contender: ends a running term, deletes the node, and waits for that (at most
+    /// the session's connection timeout plus session timeout).
+    pub(crate) async fn close(&self) {
+        self.shared.stop.cancel();
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let bound = self.shared.session.connection_timeout() + self.shared.session.requested_timeout();
+            if tokio::time::timeout(bound, task).await.is_err() {
+                warn!(path = %self.shared.spec.path, "contender did not finish its cleanup in time");
+            }
+        }
+    }
+}
+
+/// Every connection-state change, in order, as seen by one contender.
+struct StateFeed {
+    rx: broadcast::Receiver<SessionStatus>,
+    session: Session,
+}
+
+impl StateFeed {
+    fn new(session: &Session) -> Self {
+        StateFeed { rx: session.subscribe_changes(), session: session.clone() }
+    }
+
+    /// The next status change, reported as an event as it passes.
+    async fn next(&mut self, shared: &Shared) -> SessionStatus {
+        let status = match self.rx.recv().await {
+            Ok(s) => s,
+            Err(broadcast::error::RecvError::Lagged(_)) => self.session.status(),
+            Err(broadcast::error::RecvError::Closed) => {
+                let mut s = self.session.status();
+                s.closed = true;
+                s
+            }
+        };
+        if let Some(state) = status.state {
+            let _ = shared.events_tx.send(ContenderEvent::State(state));
+        }
+        status
+    }
+}
+
+/// How the main loop ends.
+enum Exit {
+    Closed,
+    TermOver,
+}
+
+/// What to do after a step of the loop.
+enum Step {
+    /// Start over from the top (re-check the session, the node, the listing).
+    Again,
+    /// Like `Again`, after a pause (a non-transient error).
+    Backoff,
+    Exit(Exit),
+}
+
+async fn run(shared: Arc<Shared>) {
+    let mut feed = StateFeed::new(&shared.session);
+    let mut node: Option<OwnNode> = None;
+    let mut listing: Option<Vec<String>> = None;
+    let mut failures = 0u32;
+    let exit = loop {
+        let step = step(&shared, &mut feed, &mut node, &mut listing).await;
+        match step {
+            Step::Again => failures = 0,
+            Step::Backoff => {
+                failures = failures.saturating_add(1);
+                let pause = retry_backoff(failures, shared.session.connection_timeout());
+                tokio::select! {
+                    _ = shared.stop.cancelled() => break Exit::Closed,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            Step::Exit(exit) => break exit,
+        }
+    };
+    shared.phase_tx.send_replace(Phase::Done);
+    if let Some(node) = node.take() {
+        delete_own(&shared, &node).await;
+    }
+    shared.node_tx.send_replace(None);
+    match exit {
+        Exit::Closed => debug!("contender closed"),
+        Exit::TermOver => debug!("contender's term is over"),
+    }
+}
+
+/// One pass: make sure there is a session and a node, look at the listing, then lead or wait.
+async fn step(
+    shared: &Shared,
+    feed: &mut StateFeed,
+    node: &mut Option<OwnNode>,
+    listing: &mut Option<Vec<String>>,
+) -> Step {
+    let spec = &shared.spec;
+    let Some(live) = wait_writable(shared, feed).await else {
+        return Step::Exit(Exit::Closed);
+    };
+    if let Some(old) = node.as_ref().filter(|n| n.epoch != live.epoch) {
+        // Our node belonged to an earlier session: gone, or about to go when the server expires
+        // that session. Deleting it now hands its place on without waiting for the expiry.
+        info!(node = %old.path, session_id = %hex(live.session_id), "new session: replacing our node of the earlier session");
+        match live.client.delete(&old.path, None).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => debug!(node = %old.path, error = %e, "could not delete the earlier session's node"),
+        }
+        *node = None;
+        shared.node_tx.send_replace(None);
+    }
+    let own = match node.clone() {
+        Some(own) => own,
+        None => {
+            shared.phase_tx.send_replace(Phase::Joining);
+            match shared
+                .session
+                .create_protected(&spec.path, spec.lock_name, &spec.data, true, &shared.stop)
+                .await
+            {
+                Ok(created) => {
+                    info!(node = %created.path, session_id = %hex(created.session_id),
+                        czxid = created.czxid, sequence = created.sequence, "joined");
+                    *listing = created.children;
+                    let own = OwnNode { path: created.path, name: created.name, epoch: created.epoch };
+                    shared.node_tx.send_replace(Some(own.path.clone()));
+                    *node = Some(own.clone());
+                    own
+                }
+                Err(Error::Closed) => return Step::Exit(Exit::Closed),
+                Err(e) => return on_error("create our node", &e),
+            }
+        }
+    };
+    let children = match listing.take() {
+        Some(children) => children,
+        None => match live.client.list_children(&spec.path).await {
+            Ok(children) => children,
+            Err(zookeeper_client::Error::NoNode) => {
+                warn!(node = %own.path, "the recipe path is gone, and our node with it; joining again (CURATOR-724)");
+                forget_node(shared, node);
+                return Step::Again;
+            }
+            Err(e) => return on_error("list contenders", &e.into()),
+        },
+    };
+    let sorted = path::sort_contenders(&children, spec.lock_name);
+    match path::standing(&sorted, &own.name) {
+        Standing::Missing => {
+            warn!(node = %own.path, "our node is gone; joining again (CURATOR-724)");
+            forget_node(shared, node);
+            Step::Again
+        }
+        Standing::First => lead_if_owned(shared, feed, &live, &own, node).await,
+        Standing::Behind { predecessor, position } => {
+            wait_behind(shared, feed, &live, &own, &predecessor, position).await
+        }
+    }
+}
+
+fn forget_node(shared: &Shared, node: &mut Option<OwnNode>) {
+    *node = None;
+    shared.node_tx.send_replace(None);
+}
+
+fn on_error(what: &str, e: &Error) -> Step {
+    match e {
+        Error::ConnectionLoss | Error::SessionExpired | Error::Timeout(_) => {
+            debug!(error = %e, "{what}: interrupted; starting over");
+            Step::Again
+        }
+        other => {
+            error!(error = %other, "{what} failed");
+            Step::Backoff
+        }
+    }
+}
+
+/// Waits until the session is connected for writes; `None` when closed.
+async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
+    loop {
+        if shared.stop.is_cancelled() {
+            return None;
+        }
+        let status = shared.session.status();
+        if status.closed {
+            return None;
+        }
+        if matches!(status.state, Some(ConnectionState::Connected | ConnectionState::Reconnected)) {
+            if let Ok(live) = shared.session.live() {
+                return Some(live);
+            }
+        }
+        tokio::select! {
+            _ = shared.stop.cancelled() => return None,
+            s = feed.next(shared) => if s.closed { return None },
+        }
+    }
+}
+
+/// First in line: check that the node is ours (CURATOR-696), then lead until the term ends.
+async fn lead_if_owned(
+    shared: &Shared,
+    feed: &mut StateFeed,
+    live: &Live,
+    own: &OwnNode,
+    node: &mut Option<OwnNode>,
+) -> Step {
+    let spec = &shared.spec;
+    let (stat, watcher) = match live.client.get_and_watch_data(&own.path).await {
+        Ok((_, stat, watcher)) => (stat, watcher),
+        Err(zookeeper_client::Error::NoNode) => {
+            warn!(node = %own.path, "first in line but our node is gone; joining again");
+            forget_node(shared, node);
+            return Step::Again;
+        }
+        Err(e) => return on_error("check our node", &e.into()),
+    };
+    if stat.ephemeral_owner != live.session_id {
+        warn!(node = %own.path, owner = %hex(stat.ephemeral_owner), session_id = %hex(live.session_id),
+            "first in line but our node belongs to another session; not claiming (CURATOR-696)");
+        forget_node(shared, node);
+        return Step::Again;
+    }
+    if shared.stop.is_cancelled() {
+        return Step::Exit(Exit::Closed);
+    }
+    let term = Leadership::new(
+        FencingToken::from_raw(stat.czxid),
+        own.path.clone(),
+        spec.id.clone(),
+        live.session_id,
+        live.epoch,
+        shared.session.clone(),
+    );
+    shared.phase_tx.send_replace(Phase::Leading);
+    shared.leadership_tx.send_replace(Some(term.clone()));
+    info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
+    let _ = shared.events_tx.send(ContenderEvent::Leader(term.clone()));
+
+    let end = hold(shared, feed, live, own, watcher).await;
+
+    term.end();
+    shared.leadership_tx.send_replace(None);
+    info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
+        "leadership ended");
+    let notify = end != TermEnd::Closed
+        || shared.notify_on_close.load(std::sync::atomic::Ordering::Acquire);
+    if notify {
+        let _ = shared.events_tx.send(ContenderEvent::NotLeader { term, reason: end });
+    }
+    match end {
+        TermEnd::Closed => Step::Exit(Exit::Closed),
+        _ if spec.mode == TermMode::Once => Step::Exit(Exit::TermOver),
+        TermEnd::NodeDeleted => {
+            forget_node(shared, node);
+            Step::Again
+        }
+        TermEnd::Suspended | TermEnd::ReadOnly => {
+            shared.phase_tx.send_replace(Phase::Joining);
+            wait_for_recovery(shared, feed).await
+        }
+        TermEnd::Lost | TermEnd::DeadlinePassed => {
+            shared.phase_tx.send_replace(Phase::Joining);
+            Step::Again
+        }
+    }
+}
+
+/// Holds a term until something ends it.
+async fn hold(
+    shared: &Shared,
+    feed: &mut StateFeed,
+    live: &Live,
+    own: &OwnNode,
+    watcher: OneshotWatcher,
+) -> TermEnd {
+    let policy = shared.spec.policy;
+    let mut watch = Box::pin(watcher.changed());
+    loop {
+        let deadline = shared.session.safe_until_for(live.epoch);
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return TermEnd::Closed,
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                if Instant::now() >= shared.session.safe_until_for(live.epoch) {
+                    warn!(node = %own.path, "the term's deadline passed: the session can no longer be proven alive");
+                    return TermEnd::DeadlinePassed;
+                }
+            }
+            status = feed.next(shared) => {
+                if status.closed || status.epoch != live.epoch || status.state == Some(ConnectionState::Lost) {
+                    return TermEnd::Lost;
+                }
+                match status.state {
+                    Some(ConnectionState::ReadOnly) => return TermEnd::ReadOnly,
+                    Some(state) if policy.is_error_state(state) => return TermEnd::Suspended,
+                    _ => {}
+                }
+            }
+            event = &mut watch => {
+                debug!(node = %own.path, event = ?event.event_type, "own node event");
+                match event.event_type {
+                    EventType::NodeDeleted => return TermEnd::NodeDeleted,
+                    EventType::Session => return TermEnd::Lost,
+                    _ => {
+                        // Data changed: watch again; a vanished node ends the term.
+                        match live.client.get_and_watch_data(&own.path).await {
+                            Ok((_, _, w)) => watch = Box::pin(w.changed()),
+                            Err(zookeeper_client::Error::NoNode) => return TermEnd::NodeDeleted,
+                            Err(_) => return TermEnd::Lost,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// After a suspension ended a term: wait until the connection is back (same session: start over
+/// with the same node) or the session is lost (start over with a new one).
+async fn wait_for_recovery(shared: &Shared, feed: &mut StateFeed) -> Step {
+    loop {
+        let status = shared.session.status();
+        if status.closed {
+            return Step::Exit(Exit::Closed);
+        }
+        if !matches!(status.state, Some(ConnectionState::Suspended | ConnectionState::ReadOnly)) {
+            return Step::Again;
+        }
+        tokio::select! {
+            _ = shared.stop.cancelled() => return Step::Exit(Exit::Closed),
+            _ = feed.next(shared) => {}
+        }
+    }
+}
+
+/// Behind someone: watch only the predecessor until it goes.
+async fn wait_behind(
+    shared: &Shared,
+    feed: &mut StateFeed,
+    live: &Live,
+    own: &OwnNode,
+    predecessor: &str,
+    position: usize,
+) -> Step {
+    // Leadership is already false here (it is set false whenever a term ends), before the watch
+    // is set (CURATOR-652/653).
+    shared.phase_tx.send_replace(Phase::Waiting { position });
+    let predecessor_path = path::join(&shared.spec.path, predecessor);
+    let watcher = match live.client.get_and_watch_data(&predecessor_path).await {
+        Ok((_, _, watcher)) => watcher,
+        Err(zookeeper_client::Error::NoNode) => {
+            // Gone between listing and watching: list again, keep our node (CURATOR-644/645).
+            debug!(predecessor = %predecessor_path, "predecessor already gone; listing again");
+            return Step::Again;
+        }
+        Err(e) => return on_error("watch the predecessor", &e.into()),
+    };
+    debug!(node = %own.path, predecessor = %predecessor_path, position, "waiting behind predecessor");
+    let mut watch = Box::pin(watcher.changed());
+    loop {
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return Step::Exit(Exit::Closed),
+            event = &mut watch => {
+                debug!(predecessor = %predecessor_path, event = ?event.event_type, "predecessor event");
+                return Step::Again;
+            }
+            status = feed.next(shared) => {
+                // The watch survives a reconnect within the session (the client re-registers it
+                // and the server replays what was missed). A new session or a loss: start over.
+                if status.closed || status.epoch != live.epoch || !matches!(status.state,
+                    Some(ConnectionState::Suspended | ConnectionState::Reconnected | ConnectionState::Connected)) {
+                    return Step::Again;
+                }
+            }
+        }
+    }
+}
+
+/// Deletes our node on the way out. A node of a session that is gone needs no deletion; one of
+/// the current session is deleted as soon as the connection allows, while the session is still
+/// provably alive (after that, the server deletes it with the session).
+async fn delete_own(shared: &Shared, node: &OwnNode) {
+    let session = &shared.session;
+    loop {
+        let live = match session.live() {
+            Ok(live) if session.state().is_some_and(ConnectionState::is_connected) => live,
+            _ => {
+                let remaining = session.safe_until_for(node.epoch).saturating_duration_since(Instant::now());
+                if remaining.is_zero() {
+                    debug!(node = %node.path, "session gone; our node goes with it");
+                    return;
+                }
+                match session.wait_live(remaining).await {
+                    Ok(live) => live,
+                    Err(_) => return,
+                }
+            }
+        };
+        match live.client.delete(&node.path, None).await {
+            Ok(()) => {
+                info!(node = %node.path, "deleted our node");
+                return;
+            }
+            Err(zookeeper_client::Error::NoNode) => return,
+            Err(zookeeper_client::Error::ConnectionLoss) => continue,
+            Err(e) => {
+                warn!(node = %node.path, error = %e, "could not delete our node; it ends with the session");
+                return;
+            }
+        }
+    }
+}
+
+/// Curator's `getParticipants()`: sorted contenders with their ids, the first existing one marked
+/// leader. A node that vanishes mid-read is skipped; a missing path gives an empty list.
+pub(crate) async fn participants(session: &Session, path: &str, lock_name: &str) -> Result<Vec<Participant>> {
+    let live = session.wait_live(session.connection_timeout()).await?;
+    let children = match live.client.list_children(path).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let sorted = path::sort_contenders(&children, lock_name);
+    let paths: Vec<String> = sorted.iter().map(|c| path::join(path, &c.name)).collect();
+    // All reads are queued before the first is awaited: one round trip in all.
+    let reads: Vec<_> = paths.iter().map(|p| live.client.get_data(p)).collect();
+    let mut out = Vec::with_capacity(reads.len());
+    for read in reads {
+        match read.await {
+            Ok((data, _)) => out.push(Participant {
+                id: String::from_utf8_lossy(&data).into_owned(),
+                is_leader: out.is_empty(),
+            }),
+            Err(zookeeper_client::Error::NoNode) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// The leader among `participants`, or Curator's dummy participant.
+pub(crate) fn leader_of(participants: Vec<Participant>) -> Participant {
+    participants.into_iter().find(|p| p.is_leader).unwrap_or_else(Participant::none)
+}
+
+/// Waits until a term is running; [`Error::Closed`] once the contender is done.
+pub(crate) async fn wait_for_leadership(
+    rx: &mut watch::Receiver<Option<Leadership>>,
+    phase: &mut watch::Receiver<Phase>,
+) -> Result<Leadership> {
+    loop {
+        if let Some(term) = rx.borrow_and_update().clone() {
+            if !term.has_ended() {
+                return Ok(term);
+            }
+        }
+        if *phase.borrow_and_update() == Phase::Done {
+            return Err(Error::Closed);
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return Err(Error::Closed) },
+            r = phase.changed() => if r.is_err() { return Err(Error::Closed) },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leader_of_falls_back_to_curators_dummy() {
+        assert_eq!(leader_of(vec![]), Participant::none());
+        let ps = vec![
+            Participant { id: "a".into(), is_leader: true },
+            Participant { id: "b".into(), is_leader: false },
+        ];
+        assert_eq!(leader_of(ps).id, "a");
+    }
+
+    #[test]
+    fn participant_serializes_as_zkr_prints_it() {
+        let p = Participant { id: "a".into(), is_leader: true };
+        assert_eq!(serde_json::to_string(&p).unwrap(), r#"{"id":"a","leader":true}"#);
+    }
+
+    #[test]
+    fn term_end_names_are_stable() {
+        assert_eq!(TermEnd::DeadlinePassed.to_string(), "deadline_passed");
+        assert_eq!(TermEnd::NodeDeleted.as_str(), "node_deleted");
+    }
+}

@@ -1,0 +1,443 @@
+//! Fencing tokens, leadership terms, and writes that only a current leader can make.
+//!
+//! Electing one leader is not enough to make work run on one replica only: a leader that was
+//! paused (GC, VM freeze, partition) past its session wakes up still believing it leads, while a
+//! successor already acts. Two defences work together here:
+//!
+//! - **A deadline.** Every [`Leadership`] term is valid only until the session can no longer be
+//!   proven alive ([`Leadership::valid_until`]). Check [`Leadership::is_valid`] right before
+//!   acting: it needs no network, so a process that has just woken from a freeze sees that its
+//!   term is over before it sends anything.
+//! - **A fencing token.** Each term carries a [`FencingToken`]: the zxid at which the leader's
+//!   node was created (its `czxid`). A leader is always the lowest live sequence under the
+//!   election path and sequences are handed out in commit order, so a later term always has a
+//!   higher token. A resource that remembers the highest token it has seen and rejects lower ones
+//!   ([`Fence`]) cannot be written by a deposed leader, however long it slept. ZooKeeper state
+//!   itself can be written through [`Leadership::fenced`], a multi-op that first checks that the
+//!   leader's node still exists.
+//!
+//! # Curator
+//! Curator has no token (CURATOR-537 asks for one; `getLastPathIsLeader` is the nearest), and its
+//! guarded writes are still an open issue (CURATOR-689).
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use zookeeper_client::{Acls, CheckWriteError, CreateMode, MultiWriteResult};
+
+use crate::error::{Error, Result};
+use crate::session::Session;
+
+/// The token of a leadership term or lock hold: the creation zxid of the holder's node.
+///
+/// Tokens are totally ordered; a later term has a strictly higher token than any earlier term
+/// on the same path. A term regained after a suspension with its node intact keeps its token, as
+/// nobody else can have led in between.
+///
+/// # Examples
+/// ```
+/// use zookeeper_recipes::FencingToken;
+///
+/// let old = FencingToken::from_raw(0x1_0000_0007);
+/// let new = FencingToken::from_raw(0x1_0000_0012);
+/// assert!(new > old);
+/// assert_eq!(new.to_string(), "4294967314");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(i64);
+
+impl FencingToken {
+    /// A token from its raw value (a zxid), as read back from a resource or an environment
+    /// variable.
+    pub const fn from_raw(zxid: i64) -> Self {
+        FencingToken(zxid)
+    }
+
+    /// The raw value: the zxid at which the holder's node was created.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for FencingToken {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        s.trim().parse().map(FencingToken)
+    }
+}
+
+/// The resource side of fencing: remembers the highest token admitted and rejects older ones.
+///
+/// Put one in front of anything a leader writes (a table, a file, an outbox). Equal tokens are
+/// admitted, so one term can write many times.
+///
+/// # Examples
+/// ```
+/// use zookeeper_recipes::{Fence, FencingToken};
+///
+/// let fence = Fence::new();
+/// fence.admit(FencingToken::from_raw(20)).unwrap();
+/// fence.admit(FencingToken::from_raw(20)).unwrap();
+/// assert!(fence.admit(FencingToken::from_raw(7)).is_err());
+/// ```
+#[derive(Debug, Default)]
+pub struct Fence {
+    highest: AtomicI64,
+}
+
+/// A write carried a token older than one the resource has already admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("stale fencing token {offered}: the resource has already admitted {highest}")]
+pub struct StaleToken {
+    /// The token that was offered.
+    pub offered: FencingToken,
+    /// The highest token admitted so far.
+    pub highest: FencingToken,
+}
+
+impl Fence {
+    /// A fence that has admitted nothing yet.
+    pub fn new() -> Self {
+        Fence { highest: AtomicI64::new(i64::MIN) }
+    }
+
+    /// Admits `token` if it is not older than any token admitted before.
+    ///
+    /// # Errors
+    /// [`StaleToken`] when a newer token was already admitted.
+    pub fn admit(&self, token: FencingToken) -> std::result::Result<(), StaleToken> {
+        let previous = self.highest.fetch_max(token.0, Ordering::AcqRel);
+        if token.0 < previous {
+            return Err(StaleToken { offered: token, highest: FencingToken(previous) });
+        }
+        Ok(())
+    }
+
+    /// The highest token admitted, if any.
+    pub fn highest(&self) -> Option<FencingToken> {
+        let h = self.highest.load(Ordering::Acquire);
+        (h != i64::MIN).then_some(FencingToken(h))
+    }
+}
+
+/// One leadership term (or lock hold).
+///
+/// Cheap to clone. The term ends when its [`cancelled`](Self::cancelled) token fires: connection
+/// suspended (under [`ErrorPolicy::Standard`](crate::ErrorPolicy::Standard)), session lost, node
+/// deleted, recipe closed, or the deadline passed. [`is_valid`](Self::is_valid) also turns false
+/// the instant the deadline passes, without waiting for any task to run.
+#[derive(Clone)]
+pub struct Leadership {
+    inner: Arc<Term>,
+}
+
+struct Term {
+    token: FencingToken,
+    path: String,
+    participant_id: String,
+    session_id: i64,
+    epoch: u64,
+    cancel: CancellationToken,
+    session: Session,
+    started: Instant,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("token", &self.inner.token)
+            .field("path", &self.inner.path)
+            .field("participant_id", &self.inner.participant_id)
+            .field("session_id", &format_args!("{:#x}", self.inner.session_id))
+            .field("ended", &self.inner.cancel.is_cancelled())
+            .finish()
+    }
+}
+
+impl PartialEq for Leadership {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Leadership {
+    pub(crate) fn new(
+        token: FencingToken,
+        path: String,
+        participant_id: String,
+        session_id: i64,
+        epoch: u64,
+        session: Session,
+    ) -> Self {
+        Leadership {
+            inner: Arc::new(Term {
+                token,
+                path,
+                participant_id,
+                session_id,
+                epoch,
+                cancel: CancellationToken::new(),
+                session,
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// Ends the term (idempotent). Only the contender core calls this.
+    pub(crate) fn end(&self) {
+        self.inner.cancel.cancel();
+    }
+
+    /// The term's fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.inner.token
+    }
+
+    /// The full path of the leader's own node.
+    pub fn path(&self) -> &str {
+        &self.inner.path
+    }
+
+    /// The participant id of the leader (this process).
+    pub fn participant_id(&self) -> &str {
+        &self.inner.participant_id
+    }
+
+    /// The ZooKeeper session that holds the leader's node.
+    pub fn session_id(&self) -> i64 {
+        self.inner.session_id
+    }
+
+    /// When the term began (locally).
+    pub fn started_at(&self) -> Instant {
+        self.inner.started
+    }
+
+    /// A token that fires when the term ends, for whatever reason. It is a child of the term's
+    /// own token: cancelling it yourself does not end the term.
+    pub fn cancelled(&self) -> CancellationToken {
+        self.inner.cancel.child_token()
+    }
+
+    /// Waits until the term ends.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn ended(&self) {
+        self.inner.cancel.cancelled().await
+    }
+
+    /// Whether the term has ended (its token fired).
+    pub fn has_ended(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// The instant up to which the term is provably held: the session's
+    /// [`safe_until`](Session::safe_until) while the session is the one that won the term. It
+    /// moves forward as the session hears from the server.
+    pub fn valid_until(&self) -> Instant {
+        if self.has_ended() {
+            return Instant::now() - Duration::from_millis(1);
+        }
+        self.inner.session.safe_until_for(self.inner.epoch)
+    }
+
+    /// Whether the term still holds right now: not ended and its deadline not passed. Needs no
+    /// network; call it right before every side effect.
+    pub fn is_valid(&self) -> bool {
+        !self.has_ended() && Instant::now() < self.valid_until()
+    }
+
+    /// Runs `ops` as one ZooKeeper multi that first checks that the leader's node still exists,
+    /// so a deposed leader's write fails instead of landing.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(term: zookeeper_recipes::Leadership) -> zookeeper_recipes::Result<()> {
+    /// use zookeeper_recipes::FencedOp;
+    ///
+    /// term.fenced([FencedOp::set_data("/jobs/statement/last-run", b"2026-12-02")]).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NotLeader`] when the term has ended, its deadline has passed, the session changed,
+    /// or the node no longer exists on the server (nothing was written in all these cases).
+    /// [`Error::ConnectionLoss`] when the reply was lost: the write may or may not have been
+    /// applied. Other ZooKeeper errors for the operations themselves.
+    ///
+    /// # Cancel safety
+    /// The request is sent when the future is first polled. Dropping the future after that does
+    /// not withdraw it: the multi is applied or not as a whole, and the caller does not learn which.
+    pub async fn fenced(
+        &self,
+        ops: impl IntoIterator<Item = FencedOp>,
+    ) -> Result<Vec<FencedResult>> {
+        if self.has_ended() {
+            return Err(Error::NotLeader { reason: "the term has ended" });
+        }
+        if Instant::now() >= self.valid_until() {
+            return Err(Error::NotLeader { reason: "the term's deadline has passed" });
+        }
+        let live = self
+            .inner
+            .session
+            .live_for(self.inner.epoch)
+            .ok_or(Error::NotLeader { reason: "the session that won the term is gone" })?;
+        let ops: Vec<FencedOp> = ops.into_iter().collect();
+        let mut writer = live.client.new_check_writer(&self.inner.path, None)?;
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        for op in &ops {
+            match op {
+                FencedOp::Create { path, data } => writer.add_create(path, data, &persistent)?,
+                FencedOp::SetData { path, data, version } => {
+                    writer.add_set_data(path, data, *version)?
+                }
+                FencedOp::Delete { path, version } => writer.add_delete(path, *version)?,
+                FencedOp::Check { path, version } => writer.add_check_version(path, *version)?,
+            }
+        }
+        match writer.commit().await {
+            Ok(results) => Ok(results.into_iter().map(FencedResult::from).collect()),
+            Err(CheckWriteError::CheckFailed { source: zookeeper_client::Error::NoNode }) => {
+                Err(Error::NotLeader { reason: "the leader's node no longer exists" })
+            }
+            Err(CheckWriteError::CheckFailed { source }) => Err(source.into()),
+            Err(CheckWriteError::RequestFailed { source }) => Err(source.into()),
+            Err(CheckWriteError::OperationFailed { source, .. }) => Err(source.into()),
+        }
+    }
+}
+
+/// One operation of a fenced write ([`Leadership::fenced`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FencedOp {
+    /// Create a persistent node.
+    Create {
+        /// Absolute path.
+        path: String,
+        /// Node data.
+        data: Vec<u8>,
+    },
+    /// Set a node's data.
+    SetData {
+        /// Absolute path.
+        path: String,
+        /// New data.
+        data: Vec<u8>,
+        /// Expected version, or `None` for any.
+        version: Option<i32>,
+    },
+    /// Delete a node.
+    Delete {
+        /// Absolute path.
+        path: String,
+        /// Expected version, or `None` for any.
+        version: Option<i32>,
+    },
+    /// Check a node's version (`-1`: only that it exists).
+    Check {
+        /// Absolute path.
+        path: String,
+        /// Expected version.
+        version: i32,
+    },
+}
+
+impl FencedOp {
+    /// Create a persistent node.
+    pub fn create(path: impl Into<String>, data: impl Into<Vec<u8>>) -> Self {
+        FencedOp::Create { path: path.into(), data: data.into() }
+    }
+
+    /// Set a node's data, whatever its version.
+    pub fn set_data(path: impl Into<String>, data: impl AsRef<[u8]>) -> Self {
+        FencedOp::SetData { path: path.into(), data: data.as_ref().to_vec(), version: None }
+    }
+
+    /// Delete a node, whatever its version.
+    pub fn delete(path: impl Into<String>) -> Self {
+        FencedOp::Delete { path: path.into(), version: None }
+    }
+
+    /// Check that a node exists.
+    pub fn exists(path: impl Into<String>) -> Self {
+        FencedOp::Check { path: path.into(), version: -1 }
+    }
+}
+
+/// The result of one [`FencedOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FencedResult {
+    /// A node was created at `path`.
+    Created {
+        /// Its path.
+        path: String,
+    },
+    /// A node's data was set; it now has `version`.
+    DataSet {
+        /// The new data version.
+        version: i32,
+    },
+    /// A node was deleted.
+    Deleted,
+    /// A check passed.
+    Checked,
+}
+
+impl From<MultiWriteResult> for FencedResult {
+    fn from(r: MultiWriteResult) -> Self {
+        match r {
+            MultiWriteResult::Create { path, .. } => FencedResult::Created { path },
+            MultiWriteResult::SetData { stat } => FencedResult::DataSet { version: stat.version },
+            MultiWriteResult::Delete => FencedResult::Deleted,
+            _ => FencedResult::Checked,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_order_by_zxid_and_round_trip_as_text() {
+        let a = FencingToken::from_raw(5);
+        let b = FencingToken::from_raw(0x1_0000_0001);
+        assert!(a < b);
+        assert_eq!(b.to_string().parse::<FencingToken>().unwrap(), b);
+        assert!("x".parse::<FencingToken>().is_err());
+    }
+
+    #[test]
+    fn fence_admits_equal_and_newer_and_rejects_older() {
+        let fence = Fence::new();
+        assert_eq!(fence.highest(), None);
+        fence.admit(FencingToken::from_raw(10)).unwrap();
+        fence.admit(FencingToken::from_raw(10)).unwrap();
+        fence.admit(FencingToken::from_raw(11)).unwrap();
+        let err = fence.admit(FencingToken::from_raw(10)).unwrap_err();
+        assert_eq!(err.highest, FencingToken::from_raw(11));
+        assert_eq!(fence.highest(), Some(FencingToken::from_raw(11)));
+    }
+
+    #[test]
+    fn leadership_and_fence_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Leadership>();
+        assert_send_sync::<Fence>();
+        assert_send_sync::<FencingToken>();
+    }
+}
