@@ -82,7 +82,10 @@ pub(crate) enum Phase {
     Waiting { position: usize },
     /// Leading (a term is running).
     Leading,
-    /// Finished: closed, or its one term is over. The node is deleted.
+    /// Its one term is over (`TermMode::Once`); the node stays until the contender is closed,
+    /// so a successor cannot start before the holder has stopped.
+    Ended,
+    /// Finished: closed. The node is deleted.
     Done,
 }
 
@@ -102,6 +105,8 @@ pub enum TermEnd {
     DeadlinePassed,
     /// The recipe was closed, or the holder released.
     Closed,
+    /// The term was interrupted on purpose (`LeaderSelector::interrupt_leadership`).
+    Interrupted,
 }
 
 impl TermEnd {
@@ -114,6 +119,7 @@ impl TermEnd {
             TermEnd::NodeDeleted => "node_deleted",
             TermEnd::DeadlinePassed => "deadline_passed",
             TermEnd::Closed => "closed",
+            TermEnd::Interrupted => "interrupted",
         }
     }
 }
@@ -147,6 +153,8 @@ struct Shared {
     spec: ContenderSpec,
     session: Session,
     stop: CancellationToken,
+    /// Ends the current term without leaving the line (`TermMode::Once`).
+    interrupt: CancellationToken,
     leadership_tx: watch::Sender<Option<Leadership>>,
     phase_tx: watch::Sender<Phase>,
     node_tx: watch::Sender<Option<String>>,
@@ -178,13 +186,14 @@ impl Contender {
             spec,
             session,
             stop: CancellationToken::new(),
+            interrupt: CancellationToken::new(),
             leadership_tx,
             phase_tx,
             node_tx,
             events_tx,
             notify_on_close: std::sync::atomic::AtomicBool::new(notify_on_close),
         });
-        let span = info_span!("contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
+        let span = info_span!(parent: None, "contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
         let task = runtime.spawn(run(Arc::clone(&shared)).instrument(span));
         Ok(Contender { shared, task: Mutex::new(Some(task)) })
     }
@@ -219,6 +228,12 @@ impl Contender {
 
     pub(crate) fn set_notify_on_close(&self, notify: bool) {
         self.shared.notify_on_close.store(notify, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Ends the running term (its token fires) but keeps the node until [`close`](Self::close):
+    /// the holder stops first, then the successor is elected.
+    pub(crate) fn interrupt(&self) {
+        self.shared.interrupt.cancel();
     }
 
     pub(crate) fn is_stopped(&self) -> bool {
@@ -303,6 +318,10 @@ async fn run(shared: Arc<Shared>) {
             Step::Exit(exit) => break exit,
         }
     };
+    if let Exit::TermOver = exit {
+        shared.phase_tx.send_replace(Phase::Ended);
+        shared.stop.cancelled().await;
+    }
     shared.phase_tx.send_replace(Phase::Done);
     if let Some(node) = node.take() {
         delete_own(&shared, &node).await;
@@ -483,6 +502,7 @@ async fn lead_if_owned(
             forget_node(shared, node);
             Step::Again
         }
+        TermEnd::Interrupted => Step::Exit(Exit::TermOver),
         TermEnd::Suspended | TermEnd::ReadOnly => {
             shared.phase_tx.send_replace(Phase::Joining);
             wait_for_recovery(shared, feed).await
@@ -509,6 +529,7 @@ async fn hold(
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return TermEnd::Closed,
+            _ = shared.interrupt.cancelled() => return TermEnd::Interrupted,
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
                 if Instant::now() >= shared.session.safe_until_for(live.epoch) {
                     warn!(node = %own.path, "the term's deadline passed: the session can no longer be proven alive");
@@ -641,6 +662,18 @@ async fn delete_own(shared: &Shared, node: &OwnNode) {
     }
 }
 
+/// A participant id for recipes built without one: `<hostname>-<pid>-<8 hex digits>`, unique
+/// and still telling an operator where the participant runs.
+pub(crate) fn default_participant_id() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &unique[..8])
+}
+
 /// Curator's `getParticipants()`: sorted contenders with their ids, the first existing one marked
 /// leader. A node that vanishes mid-read is skipped; a missing path gives an empty list.
 pub(crate) async fn participants(session: &Session, path: &str, lock_name: &str) -> Result<Vec<Participant>> {
@@ -684,7 +717,7 @@ pub(crate) async fn wait_for_leadership(
                 return Ok(term);
             }
         }
-        if *phase.borrow_and_update() == Phase::Done {
+        if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Ended) {
             return Err(Error::Closed);
         }
         tokio::select! {
@@ -712,6 +745,15 @@ mod tests {
     fn participant_serializes_as_zkr_prints_it() {
         let p = Participant { id: "a".into(), is_leader: true };
         assert_eq!(serde_json::to_string(&p).unwrap(), r#"{"id":"a","leader":true}"#);
+    }
+
+    #[test]
+    fn default_ids_are_unique_and_non_empty() {
+        let a = default_participant_id();
+        let b = default_participant_id();
+        assert_ne!(a, b);
+        assert!(crate::path::validate_id(&a).is_ok());
+        assert!(a.contains(&std::process::id().to_string()));
     }
 
     #[test]

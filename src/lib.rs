@@ -6,6 +6,7 @@ pub mod contender;
 pub mod error;
 pub mod fencing;
 pub mod leader;
+pub mod lock;
 pub mod path;
 pub mod session;
 pub mod state;
@@ -17,6 +18,10 @@ pub mod testing;
 pub use contender::{Participant, TermEnd};
 pub use error::{Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};
-pub use leader::{CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder};
+pub use leader::{
+    BoxError, CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder, LeaderSelector,
+    LeaderSelectorBuilder, LeaderSelectorListener, SelectorState,
+};
+pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};
 pub use state::{ConnectionState, ErrorPolicy};

@@ -61,7 +61,7 @@ pub struct LeaderLatchBuilder {
 
 impl LeaderLatchBuilder {
     /// The participant id, stored as the node's data (Curator reads it in `getParticipants()`).
-    /// Default: a random UUID.
+    /// Default: `<hostname>-<pid>-<8 hex digits>`.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
@@ -93,7 +93,7 @@ impl LeaderLatchBuilder {
     /// Cancel safe: nothing is sent before the returned latch exists.
     pub async fn start(self) -> Result<LeaderLatch> {
         path::validate_path(&self.path)?;
-        let id = self.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
         if self.session.status().closed {
             return Err(Error::Closed);

@@ -1,6 +1,10 @@
-//! Leader election: [`LeaderLatch`] (stay in the election, lead when first) and, built on the same
-//! contender core, the selector.
+//! Leader election: [`LeaderLatch`] (stay in the election, lead while first) and
+//! [`LeaderSelector`] (run a closure while leader), both on the one contender core.
 
 pub mod latch;
+pub mod selector;
 
 pub use latch::{CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder};
+pub use selector::{
+    BoxError, LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener, SelectorState,
+};

@@ -1,0 +1,5 @@
+//! Locks: [`InterProcessMutex`], on the same contender core as the leader recipes.
+
+pub mod mutex;
+
+pub use mutex::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};

@@ -1,0 +1,303 @@
+#![doc = include_str!("../../recipes/mutex.md")]
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::instrument;
+
+use crate::contender::{
+    self, Contender, ContenderSpec, Participant, Phase, TermMode, wait_for_leadership,
+};
+use crate::error::{Error, Result};
+use crate::fencing::{FencingToken, Leadership};
+use crate::path::{self, MUTEX_LOCK_NAME};
+use crate::session::Session;
+use crate::state::ErrorPolicy;
+
+/// Builds an [`InterProcessMutex`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct InterProcessMutexBuilder {
+    session: Session,
+    path: String,
+    id: Option<String>,
+    policy: ErrorPolicy,
+}
+
+impl InterProcessMutexBuilder {
+    /// The participant id written as the node's data (Curator writes the host's IP address
+    /// unless told otherwise). Default: `<hostname>-<pid>-<8 hex digits>`.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Which connection states end a hold (default [`ErrorPolicy::Standard`]: a suspended
+    /// connection already means the lock can no longer be proven held).
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Validates the settings. Nothing is sent to the server until an acquire.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPath`] for a relative or otherwise unusable path, [`Error::InvalidArgument`]
+    /// for an empty id.
+    pub fn build(self) -> Result<InterProcessMutex> {
+        path::validate_path(&self.path)?;
+        let id = self.id.unwrap_or_else(contender::default_participant_id);
+        path::validate_id(&id)?;
+        Ok(InterProcessMutex { session: self.session, path: self.path, id, policy: self.policy })
+    }
+}
+
+/// Curator's `InterProcessMutex`: a fair lock across processes, wire compatible with Curator's.
+///
+/// Each acquire queues an ephemeral-sequential node `_c_<uuid>-lock-<seq>` under the lock path;
+/// the lowest sequence holds the lock, and every waiter watches only the node before its own.
+///
+/// # Not re-entrant
+/// Curator's mutex is re-entrant *per thread*: the same thread may acquire again and must release
+/// as often. Async tasks move between threads and a thread runs many tasks, so "the same thread"
+/// means nothing here. Every [`acquire`](Self::acquire) queues a new node; acquiring again while
+/// holding a guard from the same mutex waits for yourself (a deadlock, as with
+/// `tokio::sync::Mutex`). Pass the [`MutexGuard`] (or its [`Leadership`]) to the code that needs
+/// the lock instead.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(session: zookeeper_recipes::Session) -> zookeeper_recipes::Result<()> {
+/// use std::time::Duration;
+/// use zookeeper_recipes::InterProcessMutex;
+///
+/// let mutex = InterProcessMutex::builder(&session, "/locks/ledger").id("worker-7").build()?;
+/// if let Some(guard) = mutex.acquire_timeout(Duration::from_secs(10)).await? {
+///     let token = guard.token();
+///     // ... write to the ledger, passing `token` so that stale holders are rejected ...
+///     guard.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct InterProcessMutex {
+    session: Session,
+    path: String,
+    id: String,
+    policy: ErrorPolicy,
+}
+
+impl InterProcessMutex {
+    /// A builder for a mutex on `path` (absolute).
+    pub fn builder(session: &Session, path: impl Into<String>) -> InterProcessMutexBuilder {
+        InterProcessMutexBuilder {
+            session: session.clone(),
+            path: path.into(),
+            id: None,
+            policy: ErrorPolicy::default(),
+        }
+    }
+
+    /// A mutex on `path` with the default id and policy.
+    ///
+    /// # Errors
+    /// As [`InterProcessMutexBuilder::build`].
+    pub fn new(session: &Session, path: impl Into<String>) -> Result<Self> {
+        Self::builder(session, path).build()
+    }
+
+    fn contender(&self) -> Result<Contender> {
+        let spec = ContenderSpec {
+            path: self.path.clone(),
+            lock_name: MUTEX_LOCK_NAME,
+            data: self.id.as_bytes().to_vec(),
+            id: self.id.clone(),
+            policy: self.policy,
+            mode: TermMode::Once,
+            recipe: "mutex",
+        };
+        Contender::start(self.session.clone(), spec, true)
+    }
+
+    /// Waits until the lock is held and returns the guard.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the session is closed while waiting; [`Error::NoRuntime`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future withdraws from the queue and deletes the node, also when
+    /// its create is still in flight.
+    #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
+    pub async fn acquire(&self) -> Result<MutexGuard> {
+        let contender = self.contender()?;
+        let mut rx = contender.leadership();
+        let mut phase = contender.phase();
+        let hold = wait_for_leadership(&mut rx, &mut phase).await?;
+        Ok(MutexGuard { contender, hold })
+    }
+
+    /// Waits at most `timeout` for the lock: `None` when it was not acquired in time (the node is
+    /// deleted before this returns).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Curator
+    /// `acquire(time, unit)`.
+    #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
+        let contender = self.contender()?;
+        let mut rx = contender.leadership();
+        let mut phase = contender.phase();
+        match tokio::time::timeout(timeout, wait_for_leadership(&mut rx, &mut phase)).await {
+            Ok(Ok(hold)) => Ok(Some(MutexGuard { contender, hold })),
+            Ok(Err(e)) => {
+                contender.close().await;
+                Err(e)
+            }
+            Err(_) => {
+                contender.close().await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes the lock only if nobody holds it or waits for it: queues a node, looks once, and
+    /// withdraws when it is not first. Waits for a connection at most the connection timeout.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when no connection came in time; as [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
+    pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
+        let contender = self.contender()?;
+        let mut rx = contender.leadership();
+        let mut phase = contender.phase();
+        let bound = self.session.connection_timeout();
+        let decided = phase.wait_for(|p| !matches!(p, Phase::Joining));
+        let outcome = match tokio::time::timeout(bound, decided).await {
+            Err(_) => Err(Error::Timeout(bound)),
+            Ok(Err(_)) => Err(Error::Closed),
+            Ok(Ok(p)) => Ok(p.clone()),
+        };
+        match outcome {
+            Ok(Phase::Leading) => {
+                let hold = wait_for_leadership(&mut rx, &mut phase).await?;
+                Ok(Some(MutexGuard { contender, hold }))
+            }
+            Ok(_) => {
+                contender.close().await;
+                Ok(None)
+            }
+            Err(e) => {
+                contender.close().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Everyone holding or waiting, in queue order, the holder first and marked leader.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when no connection comes within the connection timeout; ZooKeeper
+    /// errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read-only.
+    ///
+    /// # Curator
+    /// `getParticipantNodes()`, with each node's data read as the id.
+    pub async fn participants(&self) -> Result<Vec<Participant>> {
+        contender::participants(&self.session, &self.path, MUTEX_LOCK_NAME).await
+    }
+
+    /// The lock path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The participant id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// A held [`InterProcessMutex`]. Dropping it releases the lock in the background;
+/// [`release`](Self::release) does so and waits.
+///
+/// The hold can end without a release: the connection suspended (under the Standard policy),
+/// the session lost, the node deleted by someone else, or the deadline passed. Then
+/// [`lost`](Self::lost) completes and [`lost_token`](Self::lost_token) fires. The node stays
+/// until the guard is released or dropped, so that nobody else gets the lock while this holder
+/// may still be acting: stop, then drop the guard.
+#[must_use = "dropping the guard releases the lock"]
+pub struct MutexGuard {
+    contender: Contender,
+    hold: Leadership,
+}
+
+impl std::fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexGuard").field("hold", &self.hold).finish()
+    }
+}
+
+impl MutexGuard {
+    /// The hold's fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.hold.token()
+    }
+
+    /// The hold as a term: its path, deadline, fenced writes.
+    pub fn leadership(&self) -> &Leadership {
+        &self.hold
+    }
+
+    /// Whether the lock is still provably held right now.
+    pub fn is_held(&self) -> bool {
+        self.hold.is_valid()
+    }
+
+    /// Completes when the lock can no longer be proven held.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) {
+        self.hold.ended().await
+    }
+
+    /// A token that fires when the lock can no longer be proven held.
+    pub fn lost_token(&self) -> CancellationToken {
+        self.hold.cancelled()
+    }
+
+    /// Releases the lock: deletes the node (the next waiter gets the lock at once) and waits for
+    /// that.
+    ///
+    /// # Errors
+    /// None today.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the release is started before the first await and finishes in the background.
+    pub async fn release(self) -> Result<()> {
+        self.contender.close().await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mutex_types_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<InterProcessMutex>();
+        assert_send_sync::<MutexGuard>();
+    }
+}
