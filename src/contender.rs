@@ -701,8 +701,30 @@ pub(crate) async fn participants(session: &Session, path: &str, lock_name: &str)
     Ok(out)
 }
 
-/// The leader among `participants`, or Curator's dummy participant.
-pub(crate) fn leader_of(participants: Vec<Participant>) -> Participant {
+/// The participants on `path` whatever recipe uses it: latch nodes (`latch-`) if any child is
+/// one, otherwise selector and mutex nodes (`lock-`). For tools like `zkr participants` that are
+/// pointed at a path without being told which recipe runs there.
+///
+/// # Errors
+/// [`Error::Timeout`] when no connection comes within the connection timeout; ZooKeeper errors.
+///
+/// # Cancel safety
+/// Cancel safe: read-only.
+pub async fn participants_on(session: &Session, path: &str) -> Result<Vec<Participant>> {
+    path::validate_path(path)?;
+    let live = session.wait_live(session.connection_timeout()).await?;
+    let children = match live.client.list_children(path).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let latch = path::sort_contenders(&children, crate::path::LATCH_LOCK_NAME).len();
+    let lock_name = if latch > 0 { crate::path::LATCH_LOCK_NAME } else { crate::path::MUTEX_LOCK_NAME };
+    participants(session, path, lock_name).await
+}
+
+/// The leader among `participants`, or Curator's dummy participant (empty id, not leader).
+pub fn leader_of(participants: Vec<Participant>) -> Participant {
     participants.into_iter().find(|p| p.is_leader).unwrap_or_else(Participant::none)
 }
 

@@ -15,7 +15,7 @@ pub mod state;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use contender::{Participant, TermEnd};
+pub use contender::{Participant, TermEnd, leader_of, participants_on};
 pub use error::{Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};
 pub use leader::{
