@@ -47,7 +47,10 @@ impl Participant {
     /// Curator's dummy participant, returned by `leader()` when there is none: empty id, not
     /// leader.
     pub fn none() -> Self {
-        Participant { id: String::new(), is_leader: false }
+        Participant {
+            id: String::new(),
+            is_leader: false,
+        }
     }
 }
 
@@ -176,7 +179,11 @@ impl Drop for Contender {
 
 impl Contender {
     /// Starts the contender's task.
-    pub(crate) fn start(session: Session, spec: ContenderSpec, notify_on_close: bool) -> Result<Self> {
+    pub(crate) fn start(
+        session: Session,
+        spec: ContenderSpec,
+        notify_on_close: bool,
+    ) -> Result<Self> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let (leadership_tx, _) = watch::channel(None);
         let (phase_tx, _) = watch::channel(Phase::Joining);
@@ -195,7 +202,10 @@ impl Contender {
         });
         let span = info_span!(parent: None, "contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
         let task = runtime.spawn(run(Arc::clone(&shared)).instrument(span));
-        Ok(Contender { shared, task: Mutex::new(Some(task)) })
+        Ok(Contender {
+            shared,
+            task: Mutex::new(Some(task)),
+        })
     }
 
     pub(crate) fn leadership(&self) -> watch::Receiver<Option<Leadership>> {
@@ -218,16 +228,10 @@ impl Contender {
         self.shared.events_tx.subscribe()
     }
 
-    pub(crate) fn spec(&self) -> &ContenderSpec {
-        &self.shared.spec
-    }
-
-    pub(crate) fn session(&self) -> &Session {
-        &self.shared.session
-    }
-
     pub(crate) fn set_notify_on_close(&self, notify: bool) {
-        self.shared.notify_on_close.store(notify, std::sync::atomic::Ordering::Release);
+        self.shared
+            .notify_on_close
+            .store(notify, std::sync::atomic::Ordering::Release);
     }
 
     /// Ends the running term (its token fires) but keeps the node until [`close`](Self::close):
@@ -246,7 +250,8 @@ impl Contender {
         self.shared.stop.cancel();
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
-            let bound = self.shared.session.connection_timeout() + self.shared.session.requested_timeout();
+            let bound =
+                self.shared.session.connection_timeout() + self.shared.session.requested_timeout();
             if tokio::time::timeout(bound, task).await.is_err() {
                 warn!(path = %self.shared.spec.path, "contender did not finish its cleanup in time");
             }
@@ -262,7 +267,10 @@ struct StateFeed {
 
 impl StateFeed {
     fn new(session: &Session) -> Self {
-        StateFeed { rx: session.subscribe_changes(), session: session.clone() }
+        StateFeed {
+            rx: session.subscribe_changes(),
+            session: session.clone(),
+        }
     }
 
     /// The next status change, reported as an event as it passes.
@@ -350,7 +358,9 @@ async fn step(
         info!(node = %old.path, session_id = %hex(live.session_id), "new session: replacing our node of the earlier session");
         match live.client.delete(&old.path, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-            Err(e) => debug!(node = %old.path, error = %e, "could not delete the earlier session's node"),
+            Err(e) => {
+                debug!(node = %old.path, error = %e, "could not delete the earlier session's node")
+            }
         }
         *node = None;
         shared.node_tx.send_replace(None);
@@ -368,7 +378,11 @@ async fn step(
                     info!(node = %created.path, session_id = %hex(created.session_id),
                         czxid = created.czxid, sequence = created.sequence, "joined");
                     *listing = created.children;
-                    let own = OwnNode { path: created.path, name: created.name, epoch: created.epoch };
+                    let own = OwnNode {
+                        path: created.path,
+                        name: created.name,
+                        epoch: created.epoch,
+                    };
                     shared.node_tx.send_replace(Some(own.path.clone()));
                     *node = Some(own.clone());
                     own
@@ -398,9 +412,10 @@ async fn step(
             Step::Again
         }
         Standing::First => lead_if_owned(shared, feed, &live, &own, node).await,
-        Standing::Behind { predecessor, position } => {
-            wait_behind(shared, feed, &live, &own, &predecessor, position).await
-        }
+        Standing::Behind {
+            predecessor,
+            position,
+        } => wait_behind(shared, feed, &live, &own, &predecessor, position).await,
     }
 }
 
@@ -432,7 +447,10 @@ async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
         if status.closed {
             return None;
         }
-        if matches!(status.state, Some(ConnectionState::Connected | ConnectionState::Reconnected)) {
+        if matches!(
+            status.state,
+            Some(ConnectionState::Connected | ConnectionState::Reconnected)
+        ) {
             if let Ok(live) = shared.session.live() {
                 return Some(live);
             }
@@ -486,14 +504,18 @@ async fn lead_if_owned(
 
     let end = hold(shared, feed, live, own, watcher).await;
 
-    term.end();
+    term.end(end);
     shared.leadership_tx.send_replace(None);
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
         "leadership ended");
     let notify = end != TermEnd::Closed
-        || shared.notify_on_close.load(std::sync::atomic::Ordering::Acquire);
+        || shared
+            .notify_on_close
+            .load(std::sync::atomic::Ordering::Acquire);
     if notify {
-        let _ = shared.events_tx.send(ContenderEvent::NotLeader { term, reason: end });
+        let _ = shared
+            .events_tx
+            .send(ContenderEvent::NotLeader { term, reason: end });
     }
     match end {
         TermEnd::Closed => Step::Exit(Exit::Closed),
@@ -573,7 +595,10 @@ async fn wait_for_recovery(shared: &Shared, feed: &mut StateFeed) -> Step {
         if status.closed {
             return Step::Exit(Exit::Closed);
         }
-        if !matches!(status.state, Some(ConnectionState::Suspended | ConnectionState::ReadOnly)) {
+        if !matches!(
+            status.state,
+            Some(ConnectionState::Suspended | ConnectionState::ReadOnly)
+        ) {
             return Step::Again;
         }
         tokio::select! {
@@ -636,7 +661,9 @@ async fn delete_own(shared: &Shared, node: &OwnNode) {
         let live = match session.live() {
             Ok(live) if session.state().is_some_and(ConnectionState::is_connected) => live,
             _ => {
-                let remaining = session.safe_until_for(node.epoch).saturating_duration_since(Instant::now());
+                let remaining = session
+                    .safe_until_for(node.epoch)
+                    .saturating_duration_since(Instant::now());
                 if remaining.is_zero() {
                     debug!(node = %node.path, "session gone; our node goes with it");
                     return;
@@ -676,7 +703,11 @@ pub(crate) fn default_participant_id() -> String {
 
 /// Curator's `getParticipants()`: sorted contenders with their ids, the first existing one marked
 /// leader. A node that vanishes mid-read is skipped; a missing path gives an empty list.
-pub(crate) async fn participants(session: &Session, path: &str, lock_name: &str) -> Result<Vec<Participant>> {
+pub(crate) async fn participants(
+    session: &Session,
+    path: &str,
+    lock_name: &str,
+) -> Result<Vec<Participant>> {
     let live = session.wait_live(session.connection_timeout()).await?;
     let children = match live.client.list_children(path).await {
         Ok(children) => children,
@@ -719,13 +750,20 @@ pub async fn participants_on(session: &Session, path: &str) -> Result<Vec<Partic
         Err(e) => return Err(e.into()),
     };
     let latch = path::sort_contenders(&children, crate::path::LATCH_LOCK_NAME).len();
-    let lock_name = if latch > 0 { crate::path::LATCH_LOCK_NAME } else { crate::path::MUTEX_LOCK_NAME };
+    let lock_name = if latch > 0 {
+        crate::path::LATCH_LOCK_NAME
+    } else {
+        crate::path::MUTEX_LOCK_NAME
+    };
     participants(session, path, lock_name).await
 }
 
 /// The leader among `participants`, or Curator's dummy participant (empty id, not leader).
 pub fn leader_of(participants: Vec<Participant>) -> Participant {
-    participants.into_iter().find(|p| p.is_leader).unwrap_or_else(Participant::none)
+    participants
+        .into_iter()
+        .find(|p| p.is_leader)
+        .unwrap_or_else(Participant::none)
 }
 
 /// Waits until a term is running; [`Error::Closed`] once the contender is done.
@@ -757,16 +795,28 @@ mod tests {
     fn leader_of_falls_back_to_curators_dummy() {
         assert_eq!(leader_of(vec![]), Participant::none());
         let ps = vec![
-            Participant { id: "a".into(), is_leader: true },
-            Participant { id: "b".into(), is_leader: false },
+            Participant {
+                id: "a".into(),
+                is_leader: true,
+            },
+            Participant {
+                id: "b".into(),
+                is_leader: false,
+            },
         ];
         assert_eq!(leader_of(ps).id, "a");
     }
 
     #[test]
     fn participant_serializes_as_zkr_prints_it() {
-        let p = Participant { id: "a".into(), is_leader: true };
-        assert_eq!(serde_json::to_string(&p).unwrap(), r#"{"id":"a","leader":true}"#);
+        let p = Participant {
+            id: "a".into(),
+            is_leader: true,
+        };
+        assert_eq!(
+            serde_json::to_string(&p).unwrap(),
+            r#"{"id":"a","leader":true}"#
+        );
     }
 
     #[test]

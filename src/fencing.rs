@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, CheckWriteError, CreateMode, MultiWriteResult};
 
+use crate::contender::TermEnd;
 use crate::error::{Error, Result};
 use crate::session::Session;
 
@@ -108,7 +109,9 @@ pub struct StaleToken {
 impl Fence {
     /// A fence that has admitted nothing yet.
     pub fn new() -> Self {
-        Fence { highest: AtomicI64::new(i64::MIN) }
+        Fence {
+            highest: AtomicI64::new(i64::MIN),
+        }
     }
 
     /// Admits `token` if it is not older than any token admitted before.
@@ -118,7 +121,10 @@ impl Fence {
     pub fn admit(&self, token: FencingToken) -> std::result::Result<(), StaleToken> {
         let previous = self.highest.fetch_max(token.0, Ordering::AcqRel);
         if token.0 < previous {
-            return Err(StaleToken { offered: token, highest: FencingToken(previous) });
+            return Err(StaleToken {
+                offered: token,
+                highest: FencingToken(previous),
+            });
         }
         Ok(())
     }
@@ -148,6 +154,7 @@ struct Term {
     session_id: i64,
     epoch: u64,
     cancel: CancellationToken,
+    reason: std::sync::OnceLock<TermEnd>,
     session: Session,
     started: Instant,
 }
@@ -187,15 +194,23 @@ impl Leadership {
                 session_id,
                 epoch,
                 cancel: CancellationToken::new(),
+                reason: std::sync::OnceLock::new(),
                 session,
                 started: Instant::now(),
             }),
         }
     }
 
-    /// Ends the term (idempotent). Only the contender core calls this.
-    pub(crate) fn end(&self) {
+    /// Ends the term for `reason` (idempotent: the first reason stays). Only the contender core
+    /// calls this.
+    pub(crate) fn end(&self, reason: TermEnd) {
+        let _ = self.inner.reason.set(reason);
         self.inner.cancel.cancel();
+    }
+
+    /// Why the term ended, once it has.
+    pub fn end_reason(&self) -> Option<TermEnd> {
+        self.inner.reason.get().copied()
     }
 
     /// The term's fencing token.
@@ -284,34 +299,44 @@ impl Leadership {
         ops: impl IntoIterator<Item = FencedOp>,
     ) -> Result<Vec<FencedResult>> {
         if self.has_ended() {
-            return Err(Error::NotLeader { reason: "the term has ended" });
+            return Err(Error::NotLeader {
+                reason: "the term has ended",
+            });
         }
         if Instant::now() >= self.valid_until() {
-            return Err(Error::NotLeader { reason: "the term's deadline has passed" });
+            return Err(Error::NotLeader {
+                reason: "the term's deadline has passed",
+            });
         }
         let live = self
             .inner
             .session
             .live_for(self.inner.epoch)
-            .ok_or(Error::NotLeader { reason: "the session that won the term is gone" })?;
+            .ok_or(Error::NotLeader {
+                reason: "the session that won the term is gone",
+            })?;
         let ops: Vec<FencedOp> = ops.into_iter().collect();
         let mut writer = live.client.new_check_writer(&self.inner.path, None)?;
         let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
         for op in &ops {
             match op {
                 FencedOp::Create { path, data } => writer.add_create(path, data, &persistent)?,
-                FencedOp::SetData { path, data, version } => {
-                    writer.add_set_data(path, data, *version)?
-                }
+                FencedOp::SetData {
+                    path,
+                    data,
+                    version,
+                } => writer.add_set_data(path, data, *version)?,
                 FencedOp::Delete { path, version } => writer.add_delete(path, *version)?,
                 FencedOp::Check { path, version } => writer.add_check_version(path, *version)?,
             }
         }
         match writer.commit().await {
             Ok(results) => Ok(results.into_iter().map(FencedResult::from).collect()),
-            Err(CheckWriteError::CheckFailed { source: zookeeper_client::Error::NoNode }) => {
-                Err(Error::NotLeader { reason: "the leader's node no longer exists" })
-            }
+            Err(CheckWriteError::CheckFailed {
+                source: zookeeper_client::Error::NoNode,
+            }) => Err(Error::NotLeader {
+                reason: "the leader's node no longer exists",
+            }),
             Err(CheckWriteError::CheckFailed { source }) => Err(source.into()),
             Err(CheckWriteError::RequestFailed { source }) => Err(source.into()),
             Err(CheckWriteError::OperationFailed { source, .. }) => Err(source.into()),
@@ -358,22 +383,35 @@ pub enum FencedOp {
 impl FencedOp {
     /// Create a persistent node.
     pub fn create(path: impl Into<String>, data: impl Into<Vec<u8>>) -> Self {
-        FencedOp::Create { path: path.into(), data: data.into() }
+        FencedOp::Create {
+            path: path.into(),
+            data: data.into(),
+        }
     }
 
     /// Set a node's data, whatever its version.
     pub fn set_data(path: impl Into<String>, data: impl AsRef<[u8]>) -> Self {
-        FencedOp::SetData { path: path.into(), data: data.as_ref().to_vec(), version: None }
+        FencedOp::SetData {
+            path: path.into(),
+            data: data.as_ref().to_vec(),
+            version: None,
+        }
     }
 
     /// Delete a node, whatever its version.
     pub fn delete(path: impl Into<String>) -> Self {
-        FencedOp::Delete { path: path.into(), version: None }
+        FencedOp::Delete {
+            path: path.into(),
+            version: None,
+        }
     }
 
     /// Check that a node exists.
     pub fn exists(path: impl Into<String>) -> Self {
-        FencedOp::Check { path: path.into(), version: -1 }
+        FencedOp::Check {
+            path: path.into(),
+            version: -1,
+        }
     }
 }
 
@@ -401,7 +439,9 @@ impl From<MultiWriteResult> for FencedResult {
     fn from(r: MultiWriteResult) -> Self {
         match r {
             MultiWriteResult::Create { path, .. } => FencedResult::Created { path },
-            MultiWriteResult::SetData { stat } => FencedResult::DataSet { version: stat.version },
+            MultiWriteResult::SetData { stat } => FencedResult::DataSet {
+                version: stat.version,
+            },
             MultiWriteResult::Delete => FencedResult::Deleted,
             _ => FencedResult::Checked,
         }

@@ -16,6 +16,7 @@ pub const DEFAULT_ELECTION_ROOT: &str = "/election";
 pub(crate) const PROTECTED_MARKER: &str = "_c_";
 
 /// Length of `_c_` + 36-character UUID + `-`.
+#[cfg(test)]
 pub(crate) const PROTECTED_PREFIX_LEN: usize = 40;
 
 /// The lock name of a `LeaderLatch` node (`_c_<uuid>-latch-<seq>`).
@@ -31,7 +32,12 @@ pub const MUTEX_LOCK_NAME: &str = "lock-";
 /// `.` or `..` segment, contains a character ZooKeeper refuses, or lies under the reserved
 /// `/zookeeper` tree.
 pub fn validate_path(path: &str) -> Result<()> {
-    let invalid = |reason| Err(Error::InvalidPath { path: path.to_owned(), reason });
+    let invalid = |reason| {
+        Err(Error::InvalidPath {
+            path: path.to_owned(),
+            reason,
+        })
+    };
     if path.is_empty() {
         return invalid("path is empty");
     }
@@ -83,11 +89,6 @@ pub fn election_path(name_or_path: &str) -> Result<String> {
 /// Joins a recipe path and a child name.
 pub(crate) fn join(parent: &str, child: &str) -> String {
     format!("{parent}/{child}")
-}
-
-/// The last segment of a path.
-pub(crate) fn node_name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Checks a participant id: Curator stores it as the node's data, and an empty id could not be
@@ -148,7 +149,11 @@ pub(crate) fn sort_contenders(children: &[String], lock_name: &str) -> Vec<Conte
             })
         })
         .collect();
-    out.sort_by(|a, b| a.sequence.cmp(&b.sequence).then_with(|| a.name.cmp(&b.name)));
+    out.sort_by(|a, b| {
+        a.sequence
+            .cmp(&b.sequence)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     out
 }
 
@@ -290,7 +295,17 @@ mod tests {
 
     #[test]
     fn relative_root_trailing_and_dotted_paths_are_rejected() {
-        for bad in ["", "election", "/", "/a/", "/a//b", "/a/./b", "/a/../b", "/zookeeper/x", "/a\u{0}b"] {
+        for bad in [
+            "",
+            "election",
+            "/",
+            "/a/",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/zookeeper/x",
+            "/a\u{0}b",
+        ] {
             assert!(
                 matches!(validate_path(bad), Err(Error::InvalidPath { .. })),
                 "{bad:?} should be rejected"
@@ -326,7 +341,13 @@ mod tests {
 
     #[test]
     fn sequence_is_read_after_the_last_lock_name() {
-        assert_eq!(sequence_of("_c_0f6b0b5e-6b3a-4c3e-9f0a-1d2c3b4a5e6f-latch-0000000007", "latch-"), Some(7));
+        assert_eq!(
+            sequence_of(
+                "_c_0f6b0b5e-6b3a-4c3e-9f0a-1d2c3b4a5e6f-latch-0000000007",
+                "latch-"
+            ),
+            Some(7)
+        );
         // A participant id or uuid that itself contains the lock name does not confuse it.
         assert_eq!(sequence_of("latch-x-latch-0000000012", "latch-"), Some(12));
         // Curator's plain (unprotected) names also parse.
@@ -336,7 +357,13 @@ mod tests {
 
     #[test]
     fn foreign_children_do_not_parse() {
-        for foreign in ["zzz", "lock-", "latch-12a", "_c_abc-lock-0000000001", "3f2a__lock__0000000001"] {
+        for foreign in [
+            "zzz",
+            "lock-",
+            "latch-12a",
+            "_c_abc-lock-0000000001",
+            "3f2a__lock__0000000001",
+        ] {
             assert_eq!(sequence_of(foreign, "latch-"), None, "{foreign}");
         }
         // Kazoo's lock naming is foreign to Curator's `lock-` too (no digits right after).
@@ -357,19 +384,34 @@ mod tests {
         .collect();
         let sorted = sort_contenders(&children, "latch-");
         let names: Vec<_> = sorted.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["_c_a-latch-0000000002", "latch-0000000005", "_c_b-latch-0000000010"]);
+        assert_eq!(
+            names,
+            [
+                "_c_a-latch-0000000002",
+                "latch-0000000005",
+                "_c_b-latch-0000000010"
+            ]
+        );
     }
 
     #[test]
     fn standing_names_the_immediate_predecessor_only() {
-        let children: Vec<String> = (1..=4).map(|i| format!("_c_x{i}-latch-000000000{i}")).collect();
+        let children: Vec<String> = (1..=4)
+            .map(|i| format!("_c_x{i}-latch-000000000{i}"))
+            .collect();
         let sorted = sort_contenders(&children, "latch-");
         assert_eq!(standing(&sorted, "_c_x1-latch-0000000001"), Standing::First);
         assert_eq!(
             standing(&sorted, "_c_x4-latch-0000000004"),
-            Standing::Behind { predecessor: "_c_x3-latch-0000000003".into(), position: 3 }
+            Standing::Behind {
+                predecessor: "_c_x3-latch-0000000003".into(),
+                position: 3
+            }
         );
-        assert_eq!(standing(&sorted, "_c_gone-latch-0000000009"), Standing::Missing);
+        assert_eq!(
+            standing(&sorted, "_c_gone-latch-0000000009"),
+            Standing::Missing
+        );
     }
 
     #[test]
@@ -383,15 +425,34 @@ mod tests {
         let cs = ConnectString::parse("tcp://a:1,tcp://b:2/app").unwrap();
         assert_eq!(cs.hosts, ["a:1", "b:2"]);
         assert_eq!(cs.chroot.as_deref(), Some("/app"));
-        assert_eq!(ConnectString::parse("[::1]:2181").unwrap().hosts, ["[::1]:2181"]);
+        assert_eq!(
+            ConnectString::parse("[::1]:2181").unwrap().hosts,
+            ["[::1]:2181"]
+        );
         assert_eq!(ConnectString::parse("a:1/").unwrap().chroot, None);
     }
 
     #[test]
     fn malformed_connect_strings_are_typed_errors() {
-        for bad in ["", "   ", ",", "a:1,", ":2181", "a:0", "a:99999", "a:port", "a:1/b/", "a:1//b", "tcp+tls://a:1", "a b:1"] {
+        for bad in [
+            "",
+            "   ",
+            ",",
+            "a:1,",
+            ":2181",
+            "a:0",
+            "a:99999",
+            "a:port",
+            "a:1/b/",
+            "a:1//b",
+            "tcp+tls://a:1",
+            "a b:1",
+        ] {
             assert!(
-                matches!(ConnectString::parse(bad), Err(Error::InvalidConnectString { .. })),
+                matches!(
+                    ConnectString::parse(bad),
+                    Err(Error::InvalidConnectString { .. })
+                ),
                 "{bad:?} should be rejected"
             );
         }
@@ -405,8 +466,7 @@ mod tests {
     }
 
     #[test]
-    fn node_name_is_the_last_segment() {
-        assert_eq!(node_name("/election/jobs/_c_x-latch-0000000001"), "_c_x-latch-0000000001");
+    fn join_makes_a_child_path() {
         assert_eq!(join("/election/jobs", "n"), "/election/jobs/n");
     }
 }

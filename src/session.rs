@@ -197,7 +197,10 @@ impl SessionBuilder {
             *slot = Some(task);
         }
         let closer = Arc::new(StopOnDrop(shared.stop.clone()));
-        Ok(Session { shared, _closer: closer })
+        Ok(Session {
+            shared,
+            _closer: closer,
+        })
     }
 
     /// Starts the session and waits until the first ZooKeeper session is established, at most
@@ -247,7 +250,13 @@ pub struct SessionStatus {
 
 impl SessionStatus {
     fn initial() -> Self {
-        SessionStatus { state: None, session_id: None, epoch: 0, new_session: false, closed: false }
+        SessionStatus {
+            state: None,
+            session_id: None,
+            epoch: 0,
+            new_session: false,
+            closed: false,
+        }
     }
 }
 
@@ -325,7 +334,10 @@ impl Lease {
     }
 
     fn acked(&self) -> Instant {
-        self.acked.lock().map(|a| *a).unwrap_or_else(|p| *p.into_inner())
+        self.acked
+            .lock()
+            .map(|a| *a)
+            .unwrap_or_else(|p| *p.into_inner())
     }
 
     /// Records that a request sent at `sent` was answered.
@@ -361,7 +373,9 @@ impl Lease {
 /// The lease margin when none is configured: 1/20 of the timeout, at least 10 ms, and never more
 /// than half the timeout.
 pub(crate) fn default_margin(timeout: Duration) -> Duration {
-    (timeout / 20).max(Duration::from_millis(10)).min(timeout / 2)
+    (timeout / 20)
+        .max(Duration::from_millis(10))
+        .min(timeout / 2)
 }
 
 /// `acked + timeout - margin`: until then the server cannot have expired the session, because it
@@ -501,7 +515,12 @@ impl Session {
     /// Cancel safe: the close is started before the first await and completes in the background.
     pub async fn close(&self) -> Result<()> {
         self.shared.stop.cancel();
-        let task = self.shared.supervisor.lock().ok().and_then(|mut t| t.take());
+        let task = self
+            .shared
+            .supervisor
+            .lock()
+            .ok()
+            .and_then(|mut t| t.take());
         if let Some(task) = task {
             let _ = tokio::time::timeout(self.shared.config.connection_timeout, task).await;
         }
@@ -551,7 +570,10 @@ impl Session {
         let mut rx = self.watch_status();
         let wait = rx.wait_for(|s| {
             s.closed
-                || matches!(s.state, Some(ConnectionState::Connected | ConnectionState::Reconnected))
+                || matches!(
+                    s.state,
+                    Some(ConnectionState::Connected | ConnectionState::Reconnected)
+                )
         });
         match tokio::time::timeout(timeout, wait).await {
             Err(_) => Err(Error::Timeout(timeout)),
@@ -564,11 +586,6 @@ impl Session {
     /// The configured connection timeout: how long recipes wait for a connection.
     pub(crate) fn connection_timeout(&self) -> Duration {
         self.shared.config.connection_timeout
-    }
-
-    /// The token that fires when the session is closed.
-    pub(crate) fn closed_token(&self) -> CancellationToken {
-        self.shared.stop.clone()
     }
 
     /// Creates an ephemeral-sequential node `<parent>/_c_<uuid>-<lock_name><seq>` with `data`,
@@ -721,7 +738,8 @@ impl Session {
         live: &Live,
         parent: &str,
         prefix: &str,
-    ) -> std::result::Result<Option<(String, zookeeper_client::Stat)>, zookeeper_client::Error> {
+    ) -> std::result::Result<Option<(String, zookeeper_client::Stat)>, zookeeper_client::Error>
+    {
         let children = match live.client.list_children(parent).await {
             Ok(c) => c,
             Err(zookeeper_client::Error::NoNode) => return Ok(None),
@@ -739,7 +757,11 @@ impl Session {
     /// for a connection no longer than the session stays provably alive. A node that cannot be
     /// reached in that time dies with its session.
     pub(crate) async fn delete_protected(&self, parent: &str, prefix: &str) {
-        let bound = self.shared.config.session_timeout.max(self.connection_timeout());
+        let bound = self
+            .shared
+            .config
+            .session_timeout
+            .max(self.connection_timeout());
         let Ok(live) = self.wait_live(bound).await else {
             return;
         };
@@ -756,7 +778,9 @@ impl Session {
                 Ok(()) | Err(zookeeper_client::Error::NoNode) => {
                     debug!(node = %target, "deleted node of an abandoned create")
                 }
-                Err(e) => warn!(node = %target, error = %e, "could not delete node of an abandoned create"),
+                Err(e) => {
+                    warn!(node = %target, error = %e, "could not delete node of an abandoned create")
+                }
             }
         }
     }
@@ -792,13 +816,20 @@ impl Drop for OrphanGuard {
             Ok(rt) => {
                 rt.spawn(async move { session.delete_protected(&parent, &prefix).await });
             }
-            Err(_) => warn!(parent, prefix, "no runtime to clean up an abandoned create; the node ends with its session"),
+            Err(_) => warn!(
+                parent,
+                prefix,
+                "no runtime to clean up an abandoned create; the node ends with its session"
+            ),
         }
     }
 }
 
 fn is_retryable(e: &zookeeper_client::Error) -> bool {
-    matches!(e, zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::SessionExpired)
+    matches!(
+        e,
+        zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::SessionExpired
+    )
 }
 
 pub(crate) fn hex(id: i64) -> String {
@@ -847,7 +878,12 @@ async fn supervise(shared: Arc<Shared>) {
         let session_id = client.session_id().0;
         let timeout = client.session_timeout();
         let lease = Arc::new(Lease::new(started, timeout, shared.config.lease_margin));
-        let live = Live { client: client.clone(), epoch, session_id, lease: Arc::clone(&lease) };
+        let live = Live {
+            client: client.clone(),
+            epoch,
+            session_id,
+            lease: Arc::clone(&lease),
+        };
         if let Ok(mut current) = shared.current.write() {
             *current = Some(live.clone());
         }
@@ -867,20 +903,29 @@ async fn supervise(shared: Arc<Shared>) {
         if let Ok(mut current) = shared.current.write() {
             *current = None;
         }
+        // Release our handle before anything waits: the client ends its session only once its
+        // last handle is gone.
+        drop(live);
         match end {
             EndOfSession::Closed => {
+                // Tell recipes first, so that they drop their handles too, then close.
+                publish_closed(&shared, state, epoch);
                 close_client(client, shared.config.connection_timeout).await;
-                break;
+                return;
             }
             EndOfSession::Lost => {
                 // Retire the client. If it ever reaches a server again while its session is
                 // still alive there, it closes that session (deleting its ephemeral nodes)
                 // because no handle to it remains.
-                drop(live);
                 drop(client);
             }
         }
     }
+    publish_closed(&shared, state, epoch);
+}
+
+/// Publishes the final status: closed.
+fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
     if let Ok(mut current) = shared.current.write() {
         *current = None;
     }
@@ -949,7 +994,10 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
             *state = Some(next);
             publish(shared, next, Some(live.session_id), live.epoch, false);
         }
-        if matches!(signal, ClientSignal::Terminated | ClientSignal::DeadlinePassed) {
+        if matches!(
+            signal,
+            ClientSignal::Terminated | ClientSignal::DeadlinePassed
+        ) {
             return EndOfSession::Lost;
         }
     }
@@ -964,7 +1012,13 @@ fn heartbeat(client: Client) -> Heartbeat {
     })
 }
 
-fn publish(shared: &Shared, state: ConnectionState, session_id: Option<i64>, epoch: u64, new_session: bool) {
+fn publish(
+    shared: &Shared,
+    state: ConnectionState,
+    session_id: Option<i64>,
+    epoch: u64,
+    new_session: bool,
+) {
     let sid = session_id.map(hex).unwrap_or_default();
     match state {
         ConnectionState::Connected | ConnectionState::Reconnected => {
@@ -976,7 +1030,9 @@ fn publish(shared: &Shared, state: ConnectionState, session_id: Option<i64>, epo
     }
     let status = SessionStatus {
         state: Some(state),
-        session_id: (state != ConnectionState::Lost).then_some(session_id).flatten(),
+        session_id: (state != ConnectionState::Lost)
+            .then_some(session_id)
+            .flatten(),
         epoch,
         new_session,
         closed: false,
@@ -1002,10 +1058,12 @@ async fn connect_client(config: &Config) -> Result<Client> {
         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
         Err(e) => warn!(chroot, error = %e, "could not create the chroot"),
     }
-    client.chroot(chroot.clone()).map_err(|_| Error::InvalidPath {
-        path: chroot.clone(),
-        reason: "the client refused this chroot",
-    })
+    client
+        .chroot(chroot.clone())
+        .map_err(|_| Error::InvalidPath {
+            path: chroot.clone(),
+            reason: "the client refused this chroot",
+        })
 }
 
 /// Drops the last handle of `client` (which makes it send CloseSession) and waits, bounded, for
@@ -1026,7 +1084,9 @@ async fn close_client(client: Client, bound: Duration) {
 /// Pause before the next connect attempt: doubles from 100 ms, at most `cap`.
 pub(crate) fn retry_backoff(failures: u32, cap: Duration) -> Duration {
     let exp = failures.saturating_sub(1).min(16);
-    Duration::from_millis(100).saturating_mul(1u32 << exp).min(cap)
+    Duration::from_millis(100)
+        .saturating_mul(1u32 << exp)
+        .min(cap)
 }
 
 #[cfg(test)]
@@ -1039,14 +1099,26 @@ mod tests {
         let d = lease_deadline(t0, Duration::from_secs(2), Duration::from_millis(100));
         assert_eq!(d - t0, Duration::from_millis(1900));
         // A margin larger than the timeout never puts the deadline before the ack.
-        assert_eq!(lease_deadline(t0, Duration::from_millis(5), Duration::from_secs(1)), t0);
+        assert_eq!(
+            lease_deadline(t0, Duration::from_millis(5), Duration::from_secs(1)),
+            t0
+        );
     }
 
     #[test]
     fn default_margin_is_a_twentieth_with_a_floor() {
-        assert_eq!(default_margin(Duration::from_secs(2)), Duration::from_millis(100));
-        assert_eq!(default_margin(Duration::from_millis(100)), Duration::from_millis(10));
-        assert_eq!(default_margin(Duration::from_millis(10)), Duration::from_millis(5));
+        assert_eq!(
+            default_margin(Duration::from_secs(2)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            default_margin(Duration::from_millis(100)),
+            Duration::from_millis(10)
+        );
+        assert_eq!(
+            default_margin(Duration::from_millis(10)),
+            Duration::from_millis(5)
+        );
     }
 
     #[test]
@@ -1062,8 +1134,14 @@ mod tests {
 
     #[test]
     fn heartbeats_are_an_eighth_of_the_timeout() {
-        assert_eq!(heartbeat_interval(Duration::from_secs(8)), Duration::from_secs(1));
-        assert_eq!(heartbeat_interval(Duration::from_millis(16)), Duration::from_millis(5));
+        assert_eq!(
+            heartbeat_interval(Duration::from_secs(8)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            heartbeat_interval(Duration::from_millis(16)),
+            Duration::from_millis(5)
+        );
     }
 
     #[test]
@@ -1079,24 +1157,42 @@ mod tests {
     #[test]
     fn bad_settings_are_rejected_before_connecting() {
         let bad = |b: SessionBuilder| b.validate().err();
-        assert!(matches!(bad(Session::builder("")), Some(Error::InvalidConnectString { .. })));
-        assert!(matches!(bad(Session::builder("a:1,,b:2")), Some(Error::InvalidConnectString { .. })));
+        assert!(matches!(
+            bad(Session::builder("")),
+            Some(Error::InvalidConnectString { .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1,,b:2")),
+            Some(Error::InvalidConnectString { .. })
+        ));
         assert!(matches!(
             bad(Session::builder("a:1").session_timeout(Duration::ZERO)),
-            Some(Error::InvalidArgument { what: "session timeout", .. })
+            Some(Error::InvalidArgument {
+                what: "session timeout",
+                ..
+            })
         ));
         assert!(matches!(
             bad(Session::builder("a:1").connection_timeout(Duration::ZERO)),
-            Some(Error::InvalidArgument { what: "connection timeout", .. })
+            Some(Error::InvalidArgument {
+                what: "connection timeout",
+                ..
+            })
         ));
-        assert!(matches!(bad(Session::builder("a:1").chroot("app")), Some(Error::InvalidPath { .. })));
+        assert!(matches!(
+            bad(Session::builder("a:1").chroot("app")),
+            Some(Error::InvalidPath { .. })
+        ));
         assert!(matches!(
             bad(Session::builder("a:1/x").chroot("/y")),
             Some(Error::InvalidConnectString { .. })
         ));
         assert!(matches!(
             bad(Session::builder("a:1").digest_auth("", "p")),
-            Some(Error::InvalidArgument { what: "digest user", .. })
+            Some(Error::InvalidArgument {
+                what: "digest user",
+                ..
+            })
         ));
         let ok = Session::builder("a:1").chroot("/app").validate().unwrap();
         assert_eq!(ok.chroot.as_deref(), Some("/app"));
@@ -1104,7 +1200,10 @@ mod tests {
 
     #[test]
     fn start_outside_a_runtime_is_a_typed_error() {
-        assert!(matches!(Session::builder("127.0.0.1:1").start(), Err(Error::NoRuntime)));
+        assert!(matches!(
+            Session::builder("127.0.0.1:1").start(),
+            Err(Error::NoRuntime)
+        ));
     }
 
     #[test]
