@@ -146,7 +146,10 @@ mod tests {
     #[test]
     fn first_connection_is_connected_not_reconnected() {
         assert_eq!(next_state(None, S::Connected, true), Some(C::Connected));
-        assert_eq!(next_state(None, S::ConnectedReadOnly, true), Some(C::ReadOnly));
+        assert_eq!(
+            next_state(None, S::ConnectedReadOnly, true),
+            Some(C::ReadOnly)
+        );
     }
 
     #[test]
@@ -158,17 +161,29 @@ mod tests {
 
     #[test]
     fn disconnect_then_reconnect_within_the_session() {
-        assert_eq!(next_state(Some(C::Connected), S::Disconnected, false), Some(C::Suspended));
+        assert_eq!(
+            next_state(Some(C::Connected), S::Disconnected, false),
+            Some(C::Suspended)
+        );
         assert_eq!(next_state(Some(C::Suspended), S::Disconnected, false), None);
-        assert_eq!(next_state(Some(C::Suspended), S::Connected, false), Some(C::Reconnected));
-        assert_eq!(next_state(Some(C::Reconnected), S::Disconnected, false), Some(C::Suspended));
+        assert_eq!(
+            next_state(Some(C::Suspended), S::Connected, false),
+            Some(C::Reconnected)
+        );
+        assert_eq!(
+            next_state(Some(C::Reconnected), S::Disconnected, false),
+            Some(C::Suspended)
+        );
     }
 
     #[test]
     fn expiry_and_deadline_are_lost_from_any_live_state() {
         for from in [C::Connected, C::Suspended, C::Reconnected, C::ReadOnly] {
             assert_eq!(next_state(Some(from), S::Terminated, false), Some(C::Lost));
-            assert_eq!(next_state(Some(from), S::DeadlinePassed, false), Some(C::Lost));
+            assert_eq!(
+                next_state(Some(from), S::DeadlinePassed, false),
+                Some(C::Lost)
+            );
         }
     }
 
@@ -177,7 +192,10 @@ mod tests {
         assert_eq!(next_state(Some(C::Lost), S::Connected, false), None);
         assert_eq!(next_state(Some(C::Lost), S::Disconnected, false), None);
         assert_eq!(next_state(Some(C::Lost), S::Terminated, false), None);
-        assert_eq!(next_state(Some(C::Lost), S::Connected, true), Some(C::Reconnected));
+        assert_eq!(
+            next_state(Some(C::Lost), S::Connected, true),
+            Some(C::Reconnected)
+        );
     }
 
     #[test]

@@ -112,7 +112,12 @@ impl LeaderLatchBuilder {
             spec,
             self.close_mode == CloseMode::NotifyLeader,
         )?;
-        Ok(LeaderLatch { contender, session: self.session, path: self.path, id })
+        Ok(LeaderLatch {
+            contender,
+            session: self.session,
+            path: self.path,
+            id,
+        })
     }
 }
 
@@ -173,12 +178,16 @@ impl LeaderLatch {
     /// # Curator
     /// `hasLeadership()`, with the deadline check Curator does not make.
     pub fn has_leadership(&self) -> bool {
-        self.contender.current_leadership().is_some_and(|t| t.is_valid())
+        self.contender
+            .current_leadership()
+            .is_some_and(|t| t.is_valid())
     }
 
     /// The current term, if any.
     pub fn current_leadership(&self) -> Option<Leadership> {
-        self.contender.current_leadership().filter(|t| !t.has_ended())
+        self.contender
+            .current_leadership()
+            .filter(|t| !t.has_ended())
     }
 
     /// A watch of the current term: `Some` while leading, `None` otherwise.
@@ -262,7 +271,9 @@ impl LeaderLatch {
                 }
             }
         };
-        tokio::time::timeout(timeout, wait).await.map_err(|_| Error::Timeout(timeout))?
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| Error::Timeout(timeout))?
     }
 
     /// Everyone in this election, in election order, the first marked leader.
@@ -329,7 +340,8 @@ impl LeaderLatch {
     /// # Cancel safety
     /// As [`close`](Self::close).
     pub async fn close_with(&self, mode: CloseMode) -> Result<()> {
-        self.contender.set_notify_on_close(mode == CloseMode::NotifyLeader);
+        self.contender
+            .set_notify_on_close(mode == CloseMode::NotifyLeader);
         self.close().await
     }
 

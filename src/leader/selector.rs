@@ -127,7 +127,10 @@ impl LeaderSelectorBuilder {
         });
         let span = info_span!(parent: None, "selector", path = %self.path, id = %id);
         let task = runtime.spawn(run(Arc::clone(&shared), Arc::new(listener)).instrument(span));
-        Ok(LeaderSelector { shared, task: Mutex::new(Some(task)) })
+        Ok(LeaderSelector {
+            shared,
+            task: Mutex::new(Some(task)),
+        })
     }
 }
 
@@ -223,7 +226,11 @@ impl LeaderSelector {
 
     /// Whether a term is running and still valid.
     pub fn has_leadership(&self) -> bool {
-        self.shared.leadership_tx.borrow().as_ref().is_some_and(Leadership::is_valid)
+        self.shared
+            .leadership_tx
+            .borrow()
+            .as_ref()
+            .is_some_and(Leadership::is_valid)
     }
 
     /// A watch of the current term.
@@ -264,7 +271,9 @@ impl LeaderSelector {
         if self.state() != SelectorState::Idle {
             return false;
         }
-        self.shared.requeued.store(true, std::sync::atomic::Ordering::Release);
+        self.shared
+            .requeued
+            .store(true, std::sync::atomic::Ordering::Release);
         self.shared.requeue.notify_one();
         true
     }
@@ -401,7 +410,9 @@ async fn run<L: LeaderSelectorListener>(shared: Arc<Shared>, listener: Arc<L>) {
             continue;
         }
         shared.state_tx.send_replace(SelectorState::Idle);
-        let requeued = shared.requeued.swap(false, std::sync::atomic::Ordering::AcqRel);
+        let requeued = shared
+            .requeued
+            .swap(false, std::sync::atomic::Ordering::AcqRel);
         if !requeued {
             tokio::select! {
                 _ = shared.stop.cancelled() => break,
@@ -453,12 +464,18 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
         }
     };
     match outcome {
-        Ok(Ok(Ok(()))) => info!(token = %term.token(), "leadership closure returned; relinquishing"),
+        Ok(Ok(Ok(()))) => {
+            info!(token = %term.token(), "leadership closure returned; relinquishing")
+        }
         Ok(Ok(Err(e))) => {
             error!(token = %term.token(), error = %e, "leadership closure failed; relinquishing")
         }
-        Ok(Err(_panic)) => error!(token = %term.token(), "leadership closure panicked; relinquishing"),
-        Err(e) => error!(token = %term.token(), error = %e, "leadership task failed; relinquishing"),
+        Ok(Err(_panic)) => {
+            error!(token = %term.token(), "leadership closure panicked; relinquishing")
+        }
+        Err(e) => {
+            error!(token = %term.token(), error = %e, "leadership task failed; relinquishing")
+        }
     }
     shared.leadership_tx.send_replace(None);
 }

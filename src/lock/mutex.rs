@@ -48,7 +48,12 @@ impl InterProcessMutexBuilder {
         path::validate_path(&self.path)?;
         let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
-        Ok(InterProcessMutex { session: self.session, path: self.path, id, policy: self.policy })
+        Ok(InterProcessMutex {
+            session: self.session,
+            path: self.path,
+            id,
+            policy: self.policy,
+        })
     }
 }
 
@@ -243,7 +248,9 @@ pub struct MutexGuard {
 
 impl std::fmt::Debug for MutexGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MutexGuard").field("hold", &self.hold).finish()
+        f.debug_struct("MutexGuard")
+            .field("hold", &self.hold)
+            .finish()
     }
 }
 
