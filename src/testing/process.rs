@@ -1,0 +1,596 @@
+//! The one place that starts, signals and reaps ZooKeeper JVMs (shared by the server and the
+//! cluster), with the sidecar that kills a JVM when this process dies.
+//!
+//! Processes are `std::process` children, not tokio ones: they belong to no runtime, so a server
+//! in a `static` can be used from every test's runtime. Waits poll `try_wait` on a short
+//! `tokio::time::sleep`.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::server::ServerMode;
+use super::{HarnessError, Installation, Result, server_logs_wanted};
+
+/// The JVM's main class: it runs standalone or as a quorum peer depending on the config.
+const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+/// How long a graceful stop may take before the harness uses `SIGKILL`.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a killed process may take to be reaped.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on one four-letter-word exchange.
+pub(crate) const FLW_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one readiness probe (a paused or overloaded server must not stall the loop).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Poll interval of every wait.
+const POLL: Duration = Duration::from_millis(20);
+/// How many log lines an error carries.
+const LOG_TAIL_LINES: usize = 40;
+
+/// Locks a std mutex, ignoring poisoning (the data is a process handle: still valid).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Free loopback ports, all distinct, and distinct from every port this process handed out
+/// before (a bound-then-released port can be handed out again by the kernel).
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut handed_out = lock(&HANDED_OUT);
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    let mut listeners = Vec::with_capacity(n);
+    let mut ports = Vec::with_capacity(n);
+    // Listeners stay bound until all ports are chosen, so the kernel cannot repeat one.
+    for _ in 0..n.saturating_mul(4).max(8) {
+        if ports.len() == n {
+            break;
+        }
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(HarnessError::io("binding a free loopback port"))?;
+        let port = listener
+            .local_addr()
+            .map_err(HarnessError::io("reading a bound port"))?
+            .port();
+        if handed_out.insert(port) {
+            ports.push(port);
+        }
+        listeners.push(listener);
+    }
+    if ports.len() < n {
+        return Err(HarnessError::Io {
+            context: "finding free loopback ports".to_owned(),
+            source: std::io::Error::other("the kernel kept handing out used ports"),
+        });
+    }
+    Ok(ports)
+}
+
+/// Sends a four-letter word to `address` and reads the answer to EOF, bounded by `timeout`.
+pub(crate) async fn four_letter_word(
+    address: &str,
+    cmd: &str,
+    timeout: Duration,
+) -> Result<String> {
+    if cmd.len() != 4 || !cmd.bytes().all(|b| b.is_ascii_lowercase()) {
+        return Err(HarnessError::InvalidArgument {
+            what: "four-letter word",
+            reason: format!("{cmd:?} is not four lowercase ASCII letters"),
+        });
+    }
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await?;
+        stream.write_all(cmd.as_bytes()).await?;
+        let mut out = Vec::new();
+        stream.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(Ok(out)) => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Ok(Err(source)) => Err(HarnessError::Io {
+            context: format!("four-letter word {cmd} to {address}"),
+            source,
+        }),
+        Err(_) => Err(HarnessError::Timeout {
+            what: format!("four-letter word {cmd} to {address} got no answer"),
+            timeout,
+        }),
+    }
+}
+
+/// Parses the `Mode:` line of a `srvr` answer; `NotServing` when there is none.
+pub(crate) fn parse_mode(srvr: &str) -> ServerMode {
+    srvr.lines()
+        .find_map(|l| l.strip_prefix("Mode:"))
+        .map_or(ServerMode::NotServing, |m| ServerMode::parse(m.trim()))
+}
+
+/// The last lines of a log file from byte `offset` on (empty when there is none).
+pub(crate) fn log_tail(path: &Path, offset: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = File::open(path) {
+        let mut bytes = Vec::new();
+        if f.seek(SeekFrom::Start(offset)).is_ok() && f.read_to_end(&mut bytes).is_ok() {
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    if tail.is_empty() && !server_logs_wanted() {
+        "(no log: set ZKR_TEST_ZK_LOG=1 to keep server logs)".to_owned()
+    } else {
+        tail
+    }
+}
+
+/// Sends `sig` to a child that has not been reaped (so its pid cannot have been recycled).
+fn send(pid: u32, sig: Signal) -> Result<()> {
+    let raw = i32::try_from(pid).map_err(|_| HarnessError::InvalidArgument {
+        what: "pid",
+        reason: format!("{pid} does not fit a pid_t"),
+    })?;
+    signal::kill(Pid::from_raw(raw), sig).map_err(|e| HarnessError::Io {
+        context: format!("sending {sig} to {pid}"),
+        source: e.into(),
+    })
+}
+
+/// Blocks until a `SIGKILL`ed child is reaped, bounded.
+fn reap_blocking(child: &mut Child) {
+    let deadline = Instant::now() + KILL_TIMEOUT;
+    while Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Ok(Some(_)) | Err(_) => return,
+        }
+    }
+}
+
+/// `sh` that waits for EOF on its stdin, then kills the JVM and removes the directory.
+///
+/// Only this process holds the pipe's write end (std creates pipes close-on-exec), so EOF comes
+/// exactly when this process dies, however it dies. `trap` keeps a terminal's Ctrl-C (sent to the
+/// whole process group) from killing the sidecar before it has done its job.
+struct Sidecar {
+    child: Child,
+}
+
+const SIDECAR_SCRIPT: &str =
+    r#"trap '' INT HUP TERM QUIT; read -r _; kill -9 "$1" 2>/dev/null; rm -rf "$2""#;
+
+impl Sidecar {
+    fn spawn(jvm_pid: u32, cleanup_dir: &Path) -> std::io::Result<Sidecar> {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(SIDECAR_SCRIPT)
+            .arg("sh")
+            .arg(jvm_pid.to_string())
+            .arg(cleanup_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Sidecar { child })
+    }
+}
+
+impl Drop for Sidecar {
+    /// Disarms the sidecar: `SIGKILL` and reap it *before* its pipe closes (the `stdin` field is
+    /// dropped after this body), so it never acts on a JVM the harness has already reaped.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        reap_blocking(&mut self.child);
+    }
+}
+
+/// One running (or exited but not yet forgotten) JVM.
+pub(crate) struct JvmProcess {
+    // Field order: the sidecar is disarmed (dropped) only after `Drop` has killed the JVM.
+    child: Child,
+    sidecar: Option<Sidecar>,
+    exited: Option<ExitStatus>,
+    /// Where this run's output starts in the log file.
+    log_offset: u64,
+}
+
+impl JvmProcess {
+    fn spawn(
+        install: &Installation,
+        config: &Path,
+        log: &Path,
+        workdir: &Path,
+        cleanup_dir: &Path,
+    ) -> Result<JvmProcess> {
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(HarnessError::io(format!("opening {}", log.display())))?;
+        let log_offset = out.metadata().map(|m| m.len()).unwrap_or(0);
+        let err = out
+            .try_clone()
+            .map_err(HarnessError::io("duplicating the log file handle"))?;
+        let mut cmd = Command::new(&install.java);
+        cmd.args([
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            "-Djava.net.preferIPv4Stack=true",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dznode.container.checkIntervalMs=500",
+        ]);
+        if server_logs_wanted() {
+            cmd.arg("-Dorg.slf4j.simpleLogger.showDateTime=true");
+        }
+        cmd.arg("-cp")
+            .arg(&install.classpath)
+            .arg(MAIN_CLASS)
+            .arg(config)
+            .current_dir(workdir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        let mut child = cmd.spawn().map_err(HarnessError::io(format!(
+            "starting {}",
+            install.java.display()
+        )))?;
+        let sidecar = match Sidecar::spawn(child.id(), cleanup_dir) {
+            Ok(s) => s,
+            Err(source) => {
+                let _ = child.kill();
+                reap_blocking(&mut child);
+                return Err(HarnessError::Io {
+                    context: "starting the sidecar `sh` that kills the server if this process dies"
+                        .to_owned(),
+                    source,
+                });
+            }
+        };
+        Ok(JvmProcess {
+            child,
+            sidecar: Some(sidecar),
+            exited: None,
+            log_offset,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status if the JVM has exited (reaping it), `None` while it runs.
+    fn poll_exit(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            match self.child.try_wait() {
+                Ok(Some(status)) => self.exited = Some(status),
+                Ok(None) => {}
+                // ECHILD: nothing to wait for any more; treat as gone.
+                Err(_) => {
+                    self.exited = Some(std::os::unix::process::ExitStatusExt::from_raw(0));
+                }
+            }
+        }
+        self.exited
+    }
+
+    fn signal(&mut self, sig: Signal) -> Result<()> {
+        if self.poll_exit().is_some() {
+            return Err(HarnessError::NotRunning(format!("JVM {}", self.pid())));
+        }
+        send(self.pid(), sig)
+    }
+
+    /// Waits (polling) until the JVM has exited, at most `timeout`.
+    async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.poll_exit() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `SIGKILL` and reap.
+    async fn kill(mut self) -> Result<()> {
+        self.sidecar.take();
+        if self.poll_exit().is_none() {
+            let _ = self.child.kill();
+        }
+        match self.wait_exit(KILL_TIMEOUT).await {
+            Some(_) => Ok(()),
+            None => Err(HarnessError::Timeout {
+                what: format!("killed JVM {} did not exit", self.pid()),
+                timeout: KILL_TIMEOUT,
+            }),
+        }
+    }
+
+    /// `SIGTERM` (and `SIGCONT`, in case it is paused), wait, then `SIGKILL` if it lingers.
+    async fn terminate(mut self) -> Result<()> {
+        self.sidecar.take();
+        if self.poll_exit().is_none() {
+            send(self.pid(), Signal::SIGTERM)?;
+            let _ = send(self.pid(), Signal::SIGCONT);
+            if self.wait_exit(STOP_TIMEOUT).await.is_some() {
+                return Ok(());
+            }
+            tracing::warn!(
+                pid = self.pid(),
+                "ZooKeeper ignored SIGTERM; sending SIGKILL"
+            );
+        }
+        self.kill().await
+    }
+}
+
+impl Drop for JvmProcess {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            reap_blocking(&mut self.child);
+        }
+        // `sidecar` is dropped (disarmed) after this, once the JVM is reaped.
+    }
+}
+
+/// Files and settings of one server, fixed for its life; the process comes and goes.
+pub(crate) struct ServerNode {
+    name: String,
+    install: Installation,
+    config: PathBuf,
+    log: PathBuf,
+    workdir: PathBuf,
+    data_dir: PathBuf,
+    /// What the sidecar removes if this process dies (the server's or the cluster's directory).
+    cleanup_dir: PathBuf,
+    address: SocketAddr,
+    connect_string: String,
+    /// Serialises start/stop/kill/restart (held across awaits).
+    lifecycle: tokio::sync::Mutex<()>,
+    /// The process; locked only briefly, never across an await.
+    process: Mutex<Option<JvmProcess>>,
+}
+
+/// The parts of a [`ServerNode`] that are not the process.
+pub(crate) struct NodeFiles {
+    pub(crate) name: String,
+    pub(crate) config: PathBuf,
+    pub(crate) log: PathBuf,
+    pub(crate) workdir: PathBuf,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) cleanup_dir: PathBuf,
+    pub(crate) client_port: u16,
+}
+
+impl ServerNode {
+    pub(crate) fn new(install: Installation, files: NodeFiles) -> ServerNode {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, files.client_port));
+        ServerNode {
+            name: files.name,
+            install,
+            config: files.config,
+            log: files.log,
+            workdir: files.workdir,
+            data_dir: files.data_dir,
+            cleanup_dir: files.cleanup_dir,
+            address,
+            connect_string: address.to_string(),
+            lifecycle: tokio::sync::Mutex::new(()),
+            process: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    pub(crate) fn connect_string(&self) -> &str {
+        &self.connect_string
+    }
+
+    pub(crate) fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    pub(crate) fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Starts the JVM (the caller holds `lifecycle` or owns the node exclusively).
+    pub(crate) fn spawn(&self) -> Result<()> {
+        let process = JvmProcess::spawn(
+            &self.install,
+            &self.config,
+            &self.log,
+            &self.workdir,
+            &self.cleanup_dir,
+        )?;
+        tracing::debug!(server = %self.name, pid = process.pid(), port = self.address.port(), "started ZooKeeper");
+        // Replacing an old (exited) process drops it, which reaps it and disarms its sidecar.
+        *lock(&self.process) = Some(process);
+        Ok(())
+    }
+
+    /// The last lines this run of the server wrote to its log.
+    pub(crate) fn log_tail(&self) -> String {
+        let offset = lock(&self.process).as_ref().map_or(0, |p| p.log_offset);
+        log_tail(&self.log, offset)
+    }
+
+    /// `Some(status)` once the current process has exited, `None` while it runs; `Err` when
+    /// there is no process at all.
+    fn exit_status(&self) -> Result<Option<ExitStatus>> {
+        match lock(&self.process).as_mut() {
+            Some(p) => Ok(p.poll_exit()),
+            None => Err(HarnessError::NotRunning(self.name.clone())),
+        }
+    }
+
+    /// Whether the log of this run says the port was taken.
+    pub(crate) fn bind_failed(&self) -> bool {
+        self.log_tail().contains("Address already in use")
+    }
+
+    /// Waits until the server answers `srvr` with a `Mode:` that `accept` takes, and `conf`
+    /// confirms it is this server (not another one that got the port), at most `timeout`.
+    pub(crate) async fn wait_serving(
+        &self,
+        timeout: Duration,
+        accept: impl Fn(ServerMode) -> bool,
+    ) -> Result<ServerMode> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut identity_checked = false;
+        loop {
+            if let Some(status) = self.exit_status()? {
+                return Err(HarnessError::ServerExited {
+                    what: self.name.clone(),
+                    status: status.to_string(),
+                    log_tail: self.log_tail(),
+                });
+            }
+            if let Ok(srvr) = four_letter_word(&self.connect_string, "srvr", PROBE_TIMEOUT).await {
+                let mode = parse_mode(&srvr);
+                if mode != ServerMode::NotServing {
+                    if !identity_checked {
+                        identity_checked = self.is_mine().await?;
+                    }
+                    if identity_checked && accept(mode) {
+                        return Ok(mode);
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(HarnessError::StartTimeout {
+                    what: format!("{} ({})", self.name, self.connect_string),
+                    log_tail: self.log_tail(),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Whether the server on our port runs with our data directory.
+    async fn is_mine(&self) -> Result<bool> {
+        let Ok(conf) = four_letter_word(&self.connect_string, "conf", PROBE_TIMEOUT).await else {
+            return Ok(false);
+        };
+        let ours = self.data_dir.to_string_lossy();
+        let found = conf
+            .lines()
+            .filter_map(|l| l.strip_prefix("dataDir="))
+            .any(|d| d.starts_with(ours.as_ref()));
+        if !found && conf.contains("dataDir=") {
+            // Someone else serves on our port: our JVM will fail to bind and exit.
+            tracing::warn!(server = %self.name, port = self.address.port(), "another server answers on this port");
+        }
+        Ok(found)
+    }
+
+    pub(crate) fn is_running(&self) -> bool {
+        matches!(self.exit_status(), Ok(None))
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        let mut process = lock(&self.process);
+        let p = process.as_mut()?;
+        p.poll_exit().is_none().then(|| p.pid())
+    }
+
+    pub(crate) fn signal(&self, sig: Signal) -> Result<()> {
+        match lock(&self.process).as_mut() {
+            Some(p) => p.signal(sig),
+            None => Err(HarnessError::NotRunning(self.name.clone())),
+        }
+    }
+
+    /// Gracefully stops the process (no-op when there is none).
+    pub(crate) async fn stop(&self) -> Result<()> {
+        let _guard = self.lifecycle.lock().await;
+        self.stop_locked().await
+    }
+
+    async fn stop_locked(&self) -> Result<()> {
+        // Taken out first: if this future is dropped mid-way, the JvmProcess's Drop kills it.
+        let process = lock(&self.process).take();
+        match process {
+            Some(p) => p.terminate().await,
+            None => Ok(()),
+        }
+    }
+
+    /// `SIGKILL`s the process (no-op when there is none).
+    pub(crate) async fn kill(&self) -> Result<()> {
+        let _guard = self.lifecycle.lock().await;
+        let process = lock(&self.process).take();
+        match process {
+            Some(p) => p.kill().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the process if it runs, starts it again on the same port and data, and waits until
+    /// it serves in a mode `accept` takes.
+    pub(crate) async fn restart(
+        &self,
+        timeout: Duration,
+        accept: impl Fn(ServerMode) -> bool,
+    ) -> Result<ServerMode> {
+        let _guard = self.lifecycle.lock().await;
+        self.stop_locked().await?;
+        self.spawn()?;
+        self.wait_serving(timeout, accept).await
+    }
+
+    /// Kills the process now, without waiting asynchronously (for `Drop` and failed starts).
+    pub(crate) fn kill_now(&self) {
+        lock(&self.process).take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_is_parsed_from_srvr() {
+        let srvr = "Zookeeper version: 3.8.0\nLatency min/avg/max: 0/0.0/0\nMode: follower\nNode count: 5\n";
+        assert_eq!(parse_mode(srvr), ServerMode::Follower);
+        assert_eq!(
+            parse_mode("This ZooKeeper instance is not currently serving requests\n"),
+            ServerMode::NotServing
+        );
+        assert_eq!(parse_mode("Mode: standalone\n"), ServerMode::Standalone);
+        assert_eq!(parse_mode("Mode: leader\n"), ServerMode::Leader);
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let a = free_ports(6).expect("ports");
+        let b = free_ports(6).expect("ports");
+        let all: HashSet<u16> = a.iter().chain(&b).copied().collect();
+        assert_eq!(all.len(), 12);
+    }
+
+    #[tokio::test]
+    async fn four_letter_words_are_validated() {
+        for bad in ["ruo", "ruokk", "RUOK", "ru k"] {
+            assert!(matches!(
+                four_letter_word("127.0.0.1:1", bad, FLW_TIMEOUT).await,
+                Err(HarnessError::InvalidArgument { .. })
+            ));
+        }
+    }
+}
