@@ -273,6 +273,21 @@ impl StateFeed {
         }
     }
 
+    /// Takes the changes that are already queued, reporting each as an event.
+    fn drain(&mut self, shared: &Shared) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(status) => {
+                    if let Some(state) = status.state {
+                        let _ = shared.events_tx.send(ContenderEvent::State(state));
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+
     /// The next status change, reported as an event as it passes.
     async fn next(&mut self, shared: &Shared) -> SessionStatus {
         let status = match self.rx.recv().await {
@@ -426,7 +441,11 @@ fn forget_node(shared: &Shared, node: &mut Option<OwnNode>) {
 
 fn on_error(what: &str, e: &Error) -> Step {
     match e {
-        Error::ConnectionLoss | Error::SessionExpired | Error::Timeout(_) => {
+        Error::ConnectionLoss | Error::SessionExpired | Error::Timeout(_) | Error::Closed => {
+            debug!(error = %e, "{what}: interrupted; starting over");
+            Step::Again
+        }
+        Error::Zookeeper(zk) if crate::session::is_transient(zk) => {
             debug!(error = %e, "{what}: interrupted; starting over");
             Step::Again
         }
@@ -488,6 +507,21 @@ async fn lead_if_owned(
     }
     if shared.stop.is_cancelled() {
         return Step::Exit(Exit::Closed);
+    }
+    // State changes queued while we were creating and listing are history now; what counts is
+    // the state at the moment of the claim.
+    feed.drain(shared);
+    let now = shared.session.status();
+    if now.closed {
+        return Step::Exit(Exit::Closed);
+    }
+    if now.epoch != live.epoch
+        || !matches!(
+            now.state,
+            Some(ConnectionState::Connected | ConnectionState::Reconnected)
+        )
+    {
+        return Step::Again;
     }
     let term = Leadership::new(
         FencingToken::from_raw(stat.czxid),
@@ -559,10 +593,17 @@ async fn hold(
                 }
             }
             status = feed.next(shared) => {
-                if status.closed || status.epoch != live.epoch || status.state == Some(ConnectionState::Lost) {
+                // Judge by the state now, not by the event alone: an event may be stale (a
+                // suspension that is already over does not end a term whose node survived).
+                let current = shared.session.status();
+                if status.closed
+                    || current.closed
+                    || current.epoch != live.epoch
+                    || current.state == Some(ConnectionState::Lost)
+                {
                     return TermEnd::Lost;
                 }
-                match status.state {
+                match current.state {
                     Some(ConnectionState::ReadOnly) => return TermEnd::ReadOnly,
                     Some(state) if policy.is_error_state(state) => return TermEnd::Suspended,
                     _ => {}

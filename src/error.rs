@@ -80,7 +80,9 @@ impl From<zookeeper_client::Error> for Error {
     fn from(err: zookeeper_client::Error) -> Self {
         use zookeeper_client::Error as Zk;
         match err {
-            Zk::ConnectionLoss => Error::ConnectionLoss,
+            // zookeeper-client fails requests that were in flight when the connection broke with
+            // the I/O error itself: to the caller that is a connection loss.
+            Zk::ConnectionLoss | Zk::Custom(_) => Error::ConnectionLoss,
             Zk::SessionExpired => Error::SessionExpired,
             Zk::AuthFailed => Error::AuthFailed,
             other => Error::Zookeeper(other),

@@ -826,9 +826,22 @@ impl Drop for OrphanGuard {
 }
 
 fn is_retryable(e: &zookeeper_client::Error) -> bool {
+    is_transient(e)
+}
+
+/// Whether `e` says the request's fate is unknown or the session went away, rather than that the
+/// server refused it: connection loss (zookeeper-client fails requests that were in flight when
+/// the connection broke with the I/O error itself, a `Custom` error), expiry, a retired client.
+pub(crate) fn is_transient(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as Zk;
     matches!(
         e,
-        zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::SessionExpired
+        Zk::ConnectionLoss
+            | Zk::SessionExpired
+            | Zk::SessionMoved
+            | Zk::Timeout
+            | Zk::ClientClosed
+            | Zk::Custom(_)
     )
 }
 
