@@ -1,0 +1,424 @@
+//! The managed session against real ZooKeeper servers: Curator's connection states after each
+//! fault, the deadline, recovery with a new session, and the protected create.
+//!
+//! Each fault test prints what it measured (time to Suspended and to Lost after the fault, with
+//! the configured timeout) so the figures are visible in `cargo test -- --nocapture`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{
+    StateRecorder, children, eventually, ms, own_server, session, shared_server, within, zookeeper,
+};
+use zookeeper_recipes::testing::{self, FaultProxy, TestingCluster};
+use zookeeper_recipes::{ConnectionState, Error, LeaderLatch, Session};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn server_restarted_within_the_timeout_gives_suspended_then_reconnected_same_session() {
+    if !zookeeper() {
+        return;
+    }
+    let server = own_server().await;
+    let timeout = Duration::from_secs(8);
+    let s = session(server.connect_string(), timeout).await;
+    let id = s.session_id().unwrap();
+    let mut states = StateRecorder::start(&s);
+
+    let stopped = Instant::now();
+    server.stop().await.unwrap();
+    let (_, suspended_at) = states.expect(ConnectionState::Suspended, BOUND).await;
+    server.restart().await.unwrap();
+    let (status, reconnected_at) = states.expect(ConnectionState::Reconnected, BOUND).await;
+
+    assert_eq!(
+        status.session_id,
+        Some(id),
+        "the session must survive a restart within its timeout"
+    );
+    assert!(
+        !status.new_session,
+        "same session, so recipes keep their nodes"
+    );
+    assert_eq!(status.epoch, 1);
+    assert!(
+        !states.drain().contains(&Some(ConnectionState::Lost)),
+        "no Lost: {:?}",
+        states.states()
+    );
+    eprintln!(
+        "restart within timeout {}ms: Suspended {}ms after stop, Reconnected {}ms after stop",
+        ms(timeout),
+        ms(suspended_at - stopped),
+        ms(reconnected_at - stopped)
+    );
+}
+
+#[tokio::test]
+async fn server_down_past_the_timeout_gives_lost_at_about_the_timeout_then_a_new_session() {
+    if !zookeeper() {
+        return;
+    }
+    let server = own_server().await;
+    let timeout = Duration::from_secs(2);
+    let s = session(server.connect_string(), timeout).await;
+    let first_id = s.session_id().unwrap();
+    let mut states = StateRecorder::start(&s);
+
+    server.kill().await.unwrap();
+    let killed = Instant::now();
+    let deadline = s.safe_until();
+    let (_, suspended_at) = states.expect(ConnectionState::Suspended, BOUND).await;
+    let (_, lost_at) = states.expect(ConnectionState::Lost, BOUND).await;
+    let late = lost_at.saturating_duration_since(deadline);
+    eprintln!(
+        "server down, timeout {}ms: Suspended {}ms after kill, Lost {}ms after kill ({}ms after safe_until)",
+        ms(timeout),
+        ms(suspended_at - killed),
+        ms(lost_at - killed),
+        ms(late)
+    );
+    assert!(
+        lost_at - killed <= timeout + Duration::from_millis(300),
+        "Lost must come by the session timeout measured from the last answer, came {}ms after the kill",
+        ms(lost_at - killed)
+    );
+
+    server.restart().await.unwrap();
+    let (status, _) = states.expect(ConnectionState::Reconnected, BOUND).await;
+    assert!(
+        status.new_session,
+        "after Lost the session must be a new one"
+    );
+    assert_eq!(status.epoch, 2);
+    assert_ne!(status.session_id, Some(first_id));
+    assert_eq!(s.session_id(), status.session_id);
+}
+
+#[tokio::test]
+async fn expired_session_gives_lost_then_a_new_session() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    // The session reaches the server through a proxy so that it can be kept away while a twin
+    // connection takes its session over and closes it: left connected, zookeeper-client
+    // reconnects at once and takes the session back before the twin can close it.
+    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+        .await
+        .unwrap();
+    let s = session(&proxy.connect_string(), Duration::from_secs(4)).await;
+    let first = s.zookeeper_session().unwrap();
+    let mut states = StateRecorder::start(&s);
+
+    proxy.cut();
+    let expired = Instant::now();
+    testing::expire_session(server.connect_string(), &first, BOUND)
+        .await
+        .unwrap();
+    proxy.heal();
+    let (lost, lost_at) = states.expect(ConnectionState::Lost, BOUND).await;
+    let (status, reconnected_at) = states.expect(ConnectionState::Reconnected, BOUND).await;
+    eprintln!(
+        "expired from outside (timeout 4000ms): Lost {}ms, new session {}ms after the expiry",
+        ms(lost_at - expired),
+        ms(reconnected_at - expired)
+    );
+    assert!(
+        lost_at - expired < Duration::from_secs(3),
+        "Lost must come from the server's answer, not from the deadline"
+    );
+    assert_eq!(lost.epoch, 1);
+    assert!(status.new_session);
+    assert_ne!(status.session_id, Some(first.id().0));
+    // The new session works.
+    s.client().unwrap().check_stat("/").await.unwrap();
+}
+
+#[tokio::test]
+async fn blackhole_gives_suspended_and_then_lost_no_later_than_safe_until() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+        .await
+        .unwrap();
+    let timeout = Duration::from_secs(2);
+    let s = session(&proxy.connect_string(), timeout).await;
+    let first_id = s.session_id().unwrap();
+    let mut states = StateRecorder::start(&s);
+
+    proxy.blackhole();
+    let holed = Instant::now();
+    let safe_until = s.safe_until();
+    let (_, suspended_at) = states.expect(ConnectionState::Suspended, BOUND).await;
+    let (_, lost_at) = states.expect(ConnectionState::Lost, BOUND).await;
+    eprintln!(
+        "blackhole, timeout {}ms: Suspended {}ms, Lost {}ms after the partition; safe_until was {}ms after it",
+        ms(timeout),
+        ms(suspended_at - holed),
+        ms(lost_at - holed),
+        ms(safe_until.saturating_duration_since(holed))
+    );
+    // Nothing was answered after the partition, so the deadline cannot have moved: Lost is due at
+    // safe_until (scheduling may add a little).
+    assert!(
+        lost_at <= safe_until + Duration::from_millis(150),
+        "Lost came {}ms after safe_until",
+        ms(lost_at.saturating_duration_since(safe_until))
+    );
+    assert!(suspended_at < lost_at);
+
+    proxy.heal();
+    let (status, _) = states.expect(ConnectionState::Reconnected, BOUND).await;
+    assert!(status.new_session);
+    assert_ne!(status.session_id, Some(first_id));
+}
+
+/// Milliseconds since the epoch, comparable with a node's `ctime` on the same machine.
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_by_the_session() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+        .await
+        .unwrap();
+    let s = session(&proxy.connect_string(), Duration::from_secs(8)).await;
+    let observer = session(server.connect_string(), Duration::from_secs(8)).await;
+    let path = testing::unique_path("cut-during-create");
+    // Make the parent exist so that the create is a single request.
+    observer
+        .client()
+        .unwrap()
+        .mkdir(
+            &path,
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+
+    // Requests reach the server at once, replies wait 600 ms in the proxy. Cutting 300 ms after
+    // the latch starts loses the reply of a create that the server has applied.
+    proxy.delay_replies(Duration::from_millis(600));
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("cut")
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cut_ms = wall_ms();
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.heal();
+
+    let term = within(
+        BOUND,
+        "the latch to lead after the cut",
+        latch.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let kids = children(&observer, &path).await;
+    assert_eq!(
+        kids.len(),
+        1,
+        "exactly one node after a lost create reply: {kids:?}"
+    );
+    let node = format!("{path}/{}", kids[0]);
+    let stat = observer
+        .client()
+        .unwrap()
+        .check_stat(&node)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stat.ephemeral_owner,
+        s.session_id().unwrap(),
+        "the node must belong to the current session"
+    );
+    assert_eq!(term.path(), node);
+    assert!(
+        stat.ctime < cut_ms,
+        "the node was created before the cut ({} < {cut_ms}), so the latch adopted it instead of creating another",
+        stat.ctime
+    );
+    latch.close().await.unwrap();
+    assert!(children(&observer, &path).await.is_empty());
+}
+
+#[tokio::test]
+async fn closing_during_a_create_leaves_no_node() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+        .await
+        .unwrap();
+    let s = session(&proxy.connect_string(), Duration::from_secs(8)).await;
+    let observer = session(server.connect_string(), Duration::from_secs(8)).await;
+    let path = testing::unique_path("close-during-create");
+
+    // The create is held in the proxy when close is called.
+    proxy.delay(Duration::from_millis(300));
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("closing")
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    within(BOUND, "close to finish", latch.close())
+        .await
+        .unwrap();
+    assert!(
+        children(&observer, &path).await.is_empty(),
+        "close returned with a node left behind"
+    );
+
+    // Dropping instead of closing: the cleanup runs in the background.
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("dropped")
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(latch);
+    // A node may appear (the create lands) and must then go.
+    eventually(
+        BOUND,
+        "no node left after dropping a latch mid-create",
+        || async {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            children(&observer, &path).await.is_empty().then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn killing_the_quorum_leader_gives_at_most_suspended_then_reconnected() {
+    if !zookeeper() {
+        return;
+    }
+    let cluster = TestingCluster::start(3).await.unwrap();
+    let s = session(cluster.connect_string(), Duration::from_secs(10)).await;
+    let id = s.session_id().unwrap();
+    let mut states = StateRecorder::start(&s);
+    let leader = cluster.wait_for_leader(BOUND).await.unwrap();
+
+    let killed = Instant::now();
+    cluster.kill_server(leader).await.unwrap();
+    let new_leader = within(BOUND * 2, "a new quorum leader", async {
+        loop {
+            if let Ok(Some(i)) = cluster.leader_index().await {
+                if i != leader {
+                    return i;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // The client is on the dead leader or on a follower that dropped its clients while the
+    // ensemble re-elected; either way it must come back with the same session.
+    let saw_suspended = within(BOUND, "the session to be connected again", async {
+        let mut rx = s.watch_status();
+        let st = rx
+            .wait_for(|st| st.state.is_some_and(ConnectionState::is_connected) && st.epoch == 1)
+            .await
+            .map(|st| st.clone());
+        st.unwrap()
+    })
+    .await;
+    // Give a pending Suspended/Reconnected pair the chance to be recorded.
+    s.client().unwrap().check_stat("/").await.unwrap();
+    let seen = states.drain();
+    eprintln!(
+        "quorum leader {leader} killed, new leader {new_leader} after {}ms; client saw {seen:?}",
+        ms(killed.elapsed())
+    );
+    assert_eq!(saw_suspended.session_id, Some(id));
+    assert!(
+        !seen.contains(&Some(ConnectionState::Lost)),
+        "killing one of three servers must not lose the session: {seen:?}"
+    );
+    assert_eq!(s.session_id(), Some(id));
+}
+
+#[tokio::test]
+async fn bad_input_gives_typed_errors_never_a_panic() {
+    let rt_check = |r: Result<Session, Error>| r.err();
+    for bad in [
+        "", "  ", "host:", ":2181", "a:1,,b:2", "a:70000", "a:1/rel/",
+    ] {
+        assert!(
+            matches!(
+                rt_check(Session::builder(bad).start()),
+                Some(Error::InvalidConnectString { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        rt_check(
+            Session::builder("127.0.0.1:1")
+                .session_timeout(Duration::ZERO)
+                .start()
+        ),
+        Some(Error::InvalidArgument {
+            what: "session timeout",
+            ..
+        })
+    ));
+    assert!(matches!(
+        rt_check(Session::builder("127.0.0.1:1").chroot("relative").start()),
+        Some(Error::InvalidPath { .. })
+    ));
+    // A session to nowhere is fine to build; recipes on it reject bad paths and ids up front.
+    let s = Session::builder("127.0.0.1:1").start().unwrap();
+    assert!(matches!(
+        LeaderLatch::builder(&s, "election/x").start().await,
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        LeaderLatch::builder(&s, "/election/x/").start().await,
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        LeaderLatch::builder(&s, "/x").id("").start().await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        zookeeper_recipes::InterProcessMutex::new(&s, "locks"),
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        zookeeper_recipes::LeaderSelector::builder(&s, "/x")
+            .id("")
+            .start(|_t: zookeeper_recipes::Leadership| async { Ok::<(), std::io::Error>(()) })
+            .await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    // Waiting for a connection that cannot come is bounded and typed.
+    assert!(matches!(
+        s.wait_connected(Duration::from_millis(200)).await,
+        Err(Error::Timeout(_))
+    ));
+    s.close().await.unwrap();
+}
