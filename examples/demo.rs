@@ -99,7 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Each replica reaches ZooKeeper through a proxy, so that the demo can partition one.
     let mut replicas = Vec::new();
     for replica in 0..3 {
-        let proxy = FaultProxy::start(&[upstream.clone()]).await?;
+        let proxy = FaultProxy::start(std::slice::from_ref(&upstream)).await?;
         let session = Session::builder(proxy.connect_string())
             .session_timeout(SESSION_TIMEOUT)
             .connect()

@@ -241,13 +241,11 @@ impl ConnectString {
             }
             hosts.push(bare.to_owned());
         }
-        if let Some(chroot) = &chroot {
-            if chroot != "/" {
-                if validate_path(chroot).is_err() {
+        if let Some(chroot) = &chroot
+            && chroot != "/"
+                && validate_path(chroot).is_err() {
                     return invalid("chroot is not a valid absolute path");
                 }
-            }
-        }
         let chroot = chroot.filter(|c| c != "/");
         Ok(ConnectString { hosts, chroot })
     }

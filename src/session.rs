@@ -152,14 +152,13 @@ impl SessionBuilder {
                 reason: "must be greater than zero".into(),
             });
         }
-        if let Some((user, _)) = &self.digest {
-            if user.is_empty() || user.contains(':') {
+        if let Some((user, _)) = &self.digest
+            && (user.is_empty() || user.contains(':')) {
                 return Err(Error::InvalidArgument {
                     what: "digest user",
                     reason: "must be non-empty and must not contain ':'".into(),
                 });
             }
-        }
         Ok(Config {
             hosts: parsed.hosts_joined(),
             chroot,
@@ -342,11 +341,10 @@ impl Lease {
 
     /// Records that a request sent at `sent` was answered.
     fn advance(&self, sent: Instant) {
-        if let Ok(mut acked) = self.acked.lock() {
-            if sent > *acked {
+        if let Ok(mut acked) = self.acked.lock()
+            && sent > *acked {
                 *acked = sent;
             }
-        }
     }
 
     fn deadline(&self) -> Instant {

@@ -267,7 +267,7 @@ async fn a_panicking_or_failing_closure_does_not_wedge_the_election() {
         .start(move |_term: Leadership| {
             let n = p.fetch_add(1, Ordering::SeqCst);
             async move {
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     panic!("closure panics on purpose");
                 }
                 Err::<(), _>(std::io::Error::other("closure fails on purpose"))

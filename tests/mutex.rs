@@ -15,6 +15,9 @@ use zookeeper_recipes::{FencingToken, InterProcessMutex, Session};
 
 const BOUND: Duration = Duration::from_secs(20);
 
+/// One hold: the task, its token, when it began and ended.
+type Hold = (usize, FencingToken, Instant, Instant);
+
 #[tokio::test]
 async fn ten_tasks_on_three_sessions_never_hold_the_lock_together() {
     if !zookeeper() {
@@ -27,7 +30,7 @@ async fn ten_tasks_on_three_sessions_never_hold_the_lock_together() {
     .await;
     let path = testing::unique_path("contention");
     let holders = Arc::new(AtomicUsize::new(0));
-    let history: Arc<Mutex<Vec<(usize, FencingToken, Instant, Instant)>>> = Arc::default();
+    let history: Arc<Mutex<Vec<Hold>>> = Arc::default();
     let mut tasks = Vec::new();
     for t in 0..10 {
         let mutex = InterProcessMutex::builder(&ss[t % 3], &path)

@@ -326,10 +326,10 @@ async fn killing_the_quorum_leader_gives_at_most_suspended_then_reconnected() {
     cluster.kill_server(leader).await.unwrap();
     let new_leader = within(BOUND * 2, "a new quorum leader", async {
         loop {
-            if let Ok(Some(i)) = cluster.leader_index().await {
-                if i != leader {
-                    return i;
-                }
+            if let Ok(Some(i)) = cluster.leader_index().await
+                && i != leader
+            {
+                return i;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -255,11 +255,10 @@ impl LeaderSelector {
     /// # Curator
     /// `interruptLeadership()`.
     pub fn interrupt_leadership(&self) {
-        if let Ok(current) = self.shared.current.lock() {
-            if let Some(contender) = current.as_ref() {
+        if let Ok(current) = self.shared.current.lock()
+            && let Some(contender) = current.as_ref() {
                 contender.interrupt();
             }
-        }
     }
 
     /// Queues for leadership again if the selector is idle (its last term ended and
@@ -289,11 +288,10 @@ impl LeaderSelector {
         let mut rx = self.shared.leadership_tx.subscribe();
         let mut state = self.shared.state_tx.subscribe();
         loop {
-            if let Some(term) = rx.borrow_and_update().clone() {
-                if !term.has_ended() {
+            if let Some(term) = rx.borrow_and_update().clone()
+                && !term.has_ended() {
                     return Ok(term);
                 }
-            }
             if *state.borrow_and_update() == SelectorState::Closed {
                 return Err(Error::Closed);
             }
@@ -443,13 +441,11 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
         None => {
             // The term is over (or the selector is closing): the closure sees its token fire
             // and gets the grace period to return.
-            if shared.stop.is_cancelled() {
-                if let Ok(current) = shared.current.lock() {
-                    if let Some(c) = current.as_ref() {
+            if shared.stop.is_cancelled()
+                && let Ok(current) = shared.current.lock()
+                    && let Some(c) = current.as_ref() {
                         c.interrupt();
                     }
-                }
-            }
             match tokio::time::timeout(shared.grace, &mut task).await {
                 Ok(r) => r,
                 Err(_) => {
