@@ -469,10 +469,10 @@ async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
         if matches!(
             status.state,
             Some(ConnectionState::Connected | ConnectionState::Reconnected)
-        )
-            && let Ok(live) = shared.session.live() {
-                return Some(live);
-            }
+        ) && let Ok(live) = shared.session.live()
+        {
+            return Some(live);
+        }
         tokio::select! {
             _ = shared.stop.cancelled() => return None,
             s = feed.next(shared) => if s.closed { return None },
@@ -813,9 +813,10 @@ pub(crate) async fn wait_for_leadership(
 ) -> Result<Leadership> {
     loop {
         if let Some(term) = rx.borrow_and_update().clone()
-            && !term.has_ended() {
-                return Ok(term);
-            }
+            && !term.has_ended()
+        {
+            return Ok(term);
+        }
         if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Ended) {
             return Err(Error::Closed);
         }

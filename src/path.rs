@@ -243,9 +243,10 @@ impl ConnectString {
         }
         if let Some(chroot) = &chroot
             && chroot != "/"
-                && validate_path(chroot).is_err() {
-                    return invalid("chroot is not a valid absolute path");
-                }
+            && validate_path(chroot).is_err()
+        {
+            return invalid("chroot is not a valid absolute path");
+        }
         let chroot = chroot.filter(|c| c != "/");
         Ok(ConnectString { hosts, chroot })
     }

@@ -153,12 +153,13 @@ impl SessionBuilder {
             });
         }
         if let Some((user, _)) = &self.digest
-            && (user.is_empty() || user.contains(':')) {
-                return Err(Error::InvalidArgument {
-                    what: "digest user",
-                    reason: "must be non-empty and must not contain ':'".into(),
-                });
-            }
+            && (user.is_empty() || user.contains(':'))
+        {
+            return Err(Error::InvalidArgument {
+                what: "digest user",
+                reason: "must be non-empty and must not contain ':'".into(),
+            });
+        }
         Ok(Config {
             hosts: parsed.hosts_joined(),
             chroot,
@@ -342,9 +343,10 @@ impl Lease {
     /// Records that a request sent at `sent` was answered.
     fn advance(&self, sent: Instant) {
         if let Ok(mut acked) = self.acked.lock()
-            && sent > *acked {
-                *acked = sent;
-            }
+            && sent > *acked
+        {
+            *acked = sent;
+        }
     }
 
     fn deadline(&self) -> Instant {

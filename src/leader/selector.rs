@@ -256,9 +256,10 @@ impl LeaderSelector {
     /// `interruptLeadership()`.
     pub fn interrupt_leadership(&self) {
         if let Ok(current) = self.shared.current.lock()
-            && let Some(contender) = current.as_ref() {
-                contender.interrupt();
-            }
+            && let Some(contender) = current.as_ref()
+        {
+            contender.interrupt();
+        }
     }
 
     /// Queues for leadership again if the selector is idle (its last term ended and
@@ -289,9 +290,10 @@ impl LeaderSelector {
         let mut state = self.shared.state_tx.subscribe();
         loop {
             if let Some(term) = rx.borrow_and_update().clone()
-                && !term.has_ended() {
-                    return Ok(term);
-                }
+                && !term.has_ended()
+            {
+                return Ok(term);
+            }
             if *state.borrow_and_update() == SelectorState::Closed {
                 return Err(Error::Closed);
             }
@@ -443,9 +445,10 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
             // and gets the grace period to return.
             if shared.stop.is_cancelled()
                 && let Ok(current) = shared.current.lock()
-                    && let Some(c) = current.as_ref() {
-                        c.interrupt();
-                    }
+                && let Some(c) = current.as_ref()
+            {
+                c.interrupt();
+            }
             match tokio::time::timeout(shared.grace, &mut task).await {
                 Ok(r) => r,
                 Err(_) => {
