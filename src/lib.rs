@@ -1,6 +1,71 @@
-//! Apache Curator's ZooKeeper recipes for async Rust.
+//! Apache Curator's ZooKeeper recipes for async Rust: leader election and locks that a paused
+//! leader cannot abuse, wire compatible with Curator so that Rust and Java services can share one
+//! election during a migration.
 //!
-//! (crate docs are written in a later step)
+//! A service runs as several replicas for availability, but some work must run on exactly one
+//! of them. This crate gives that work a [`LeaderLatch`], a [`LeaderSelector`] or an
+//! [`InterProcessMutex`], all on one contender core ([`contender`]): ephemeral sequential znodes
+//! under an election path (by default under `/election`), each candidate watching only its
+//! predecessor, Curator's connection states, recovery after session expiry. Every leadership term
+//! carries a [`FencingToken`] (the zxid at which the leader's node was created) and a deadline
+//! ([`Leadership::valid_until`]) that passes, without any network, once the session can no longer
+//! be proven alive.
+//!
+//! # Example
+//! ```no_run
+//! use std::time::Duration;
+//! use zookeeper_recipes::{LeaderLatch, Session};
+//!
+//! # async fn demo() -> zookeeper_recipes::Result<()> {
+//! let session = Session::builder("127.0.0.1:2181")
+//!     .session_timeout(Duration::from_secs(10))
+//!     .connect()
+//!     .await?;
+//! let latch = LeaderLatch::builder(&session, "/election/statement-job")
+//!     .id("replica-1")
+//!     .start()
+//!     .await?;
+//! let term = latch.await_leadership().await?;
+//! println!("leading with token {}", term.token());
+//! while term.is_valid() {
+//!     // one step of the job; writes carry term.token() so a resource can reject stale leaders
+//! #   break;
+//! }
+//! latch.close().await?;
+//! session.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Curator → Rust
+//! | Curator | zookeeper-recipes |
+//! |---|---|
+//! | `CuratorFrameworkFactory.builder().connectString(..).sessionTimeoutMs(..)` | [`Session::builder`] |
+//! | `client.start(); client.blockUntilConnected()` | [`SessionBuilder::connect`] |
+//! | `ConnectionStateListener`, `ConnectionState` | [`Session::state_changes`], [`ConnectionState`] |
+//! | `ConnectionStateErrorPolicy` (Standard / Session) | [`ErrorPolicy`] |
+//! | simulated session expiration | `Lost` at [`Session::safe_until`] |
+//! | `new LeaderLatch(client, path, id, closeMode)` + `start()` | [`LeaderLatch::builder`] → [`LeaderLatchBuilder::start`] |
+//! | `hasLeadership()`, `await()`, `await(t, unit)` | [`LeaderLatch::has_leadership`], [`LeaderLatch::await_leadership`] (+ `tokio::time::timeout`) |
+//! | `LeaderLatchListener` | [`LeaderLatch::events`], [`LeaderLatch::leadership`] |
+//! | `getParticipants()`, `getLeader()`, `Participant` | [`LeaderLatch::participants`], [`LeaderLatch::leader`], [`Participant`] |
+//! | `LeaderSelector` + `LeaderSelectorListener.takeLeadership` | [`LeaderSelector::builder`] → `start(closure)` |
+//! | `autoRequeue()`, `requeue()`, `interruptLeadership()` | [`LeaderSelectorBuilder::auto_requeue`], [`LeaderSelector::requeue`], [`LeaderSelector::interrupt_leadership`] |
+//! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] token |
+//! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
+//! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
+//! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | `testing` module (feature `testing`) |
+//!
+//! # Crate features
+//! - `testing`: the real-ZooKeeper test harness ([`testing`]): `TestingServer`,
+//!   `TestingCluster`, `FaultProxy`, `expire_session`.
+//! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
+//!
+//! # Cancel safety and cleanup
+//! Every public async fn states its cancel safety. Recipes never leak a node: closing or dropping
+//! one deletes its node, also while its create is in flight; a dropped `acquire` withdraws from
+//! the queue.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod contender;
 pub mod error;
@@ -8,6 +73,7 @@ pub mod fencing;
 pub mod leader;
 pub mod lock;
 pub mod path;
+pub mod process;
 pub mod session;
 pub mod state;
 
@@ -25,3 +91,8 @@ pub use leader::{
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};
 pub use state::{ConnectionState, ErrorPolicy};
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
