@@ -1,2 +1,881 @@
 //! `zkr`: the command-line face of zookeeper-recipes.
-fn main() {}
+//!
+//! ```text
+//! zkr [--connect HOSTS] [--session-timeout DURATION] SUBCOMMAND
+//!
+//!   latch PATH [--id ID]                         join a LeaderLatch, print its events (stdout)
+//!   participants PATH                            the election's participants, as a JSON array
+//!   leader PATH                                  the leader's id (an empty line when none)
+//!   run PATH [--id ID] [--requeue] [--grace D] -- CMD [ARGS...]
+//!                                                run CMD while leader (LeaderSelector)
+//!   lock PATH [--timeout D] [--id ID] [--grace D] -- CMD [ARGS...]
+//!                                                run CMD while holding an InterProcessMutex
+//! ```
+//!
+//! HOSTS defaults to `$ZK_CONNECT`, else `127.0.0.1:2181`; DURATION is humantime (`3s`,
+//! `500ms`), the session timeout defaults to 10 s. A PATH without a leading `/` is a name under
+//! `/election`. Tracing logs go to stderr when `ZKR_LOG` is set (an `EnvFilter`, e.g.
+//! `ZKR_LOG=zookeeper_recipes=debug`).
+//!
+//! # Events
+//! One JSON object per line, flushed at once: on stdout for `latch`, on stderr for `run` and
+//! `lock` (whose stdout belongs to CMD).
+//!
+//! ```text
+//! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS}
+//! {"event":"not_leader","id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"ts_ms":MS}
+//! {"event":"state","state":"connected|suspended|reconnected|lost|read_only","id":ID,"path":NODE|null,"ts_ms":MS}
+//! {"event":"cmd_started","pid":PID,"token":CZXID,"ts_ms":MS}              (run, lock)
+//! {"event":"cmd_signalled","signal":"SIGTERM|SIGKILL","reason":R,"ts_ms":MS} (run, lock)
+//! {"event":"cmd_exited","code":CODE,"ts_ms":MS}                           (run, lock)
+//! ```
+//!
+//! `TERM_END` is one of `suspended`, `lost`, `read_only`, `node_deleted`, `deadline_passed`,
+//! `closed`, `interrupted`. The `reason` of `cmd_signalled` is the `TERM_END` that ended the
+//! term, or `shutdown` (zkr got SIGINT/SIGTERM), `leftovers` (CMD exited and left processes in
+//! its group), `grace_expired` (every SIGKILL). When a term is lost, `cmd_signalled` comes
+//! first (the signal is sent before anything is written), then `not_leader`.
+//!
+//! # run and lock
+//! CMD runs in a process group of its own with `ZK_FENCING_TOKEN`, `ZK_LEADER_ID` and
+//! `ZK_LEADER_PATH` set. When the term ends for any reason (including its deadline passing,
+//! also right after zkr wakes from a freeze) its group gets SIGTERM at once and SIGKILL after
+//! the grace period, and zkr takes no further part until the whole group is gone. zkr exits
+//! with CMD's exit code (128 + signal when a signal killed it); `lock` exits 75 when
+//! `--timeout` ran out. SIGINT/SIGTERM to zkr stop CMD the same way, release, and exit (with
+//! CMD's code if it was running; else `run` exits 0, and `lock`, whose CMD never ran, exits
+//! 128 + signal so that `zkr lock ... && next` does not go on). CMD is not in the terminal's foreground group: Ctrl-C
+//! goes to zkr, which stops CMD; a CMD that reads the terminal is stopped by SIGTTIN.
+//!
+//! If zkr itself dies, even by SIGKILL, CMD is killed by the kernel (`PR_SET_PDEATHSIG`, set
+//! by a shim: zkr starts itself as `zkr __exec <pid> -- CMD ARGS...`, which then `exec`s CMD).
+//! That covers CMD itself, not the processes CMD forks: those are covered by the group kill when
+//! the term ends, but not by the parent-death signal. See `zookeeper_recipes::process`.
+
+use std::cell::Cell;
+use std::ffi::OsString;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand};
+use futures::{Stream, StreamExt};
+use serde::Serialize;
+use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use zookeeper_recipes::process::{
+    self, CommandSpec, Outcome, ProcessError, ProcessEvent, ShimArgs, StopReason, SupervisedCommand,
+};
+use zookeeper_recipes::{
+    CloseMode, ConnectionState, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
+    Leadership, SelectorState, Session, SessionStatus, leader_of, participants_on,
+};
+
+/// The connect string when neither `--connect` nor `$ZK_CONNECT` is given.
+const DEFAULT_CONNECT: &str = "127.0.0.1:2181";
+/// The exit code of `zkr lock --timeout` when the lock was not acquired in time (EX_TEMPFAIL).
+const EXIT_TIMEOUT: u8 = 75;
+
+/// Apache Curator's ZooKeeper recipes from the shell: leader latches, singleton commands, locks.
+#[derive(Debug, Parser)]
+#[command(name = "zkr", version)]
+struct Cli {
+    /// ZooKeeper connect string `host:port[,host:port...][/chroot]` [default: $ZK_CONNECT, else
+    /// 127.0.0.1:2181]
+    #[arg(long, value_name = "HOSTS", global = true)]
+    connect: Option<String>,
+
+    /// The session timeout to ask the server for (humantime: 3s, 500ms)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+        default_value = "10s", global = true)]
+    session_timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Join a LeaderLatch and print its events as JSON lines on stdout until SIGINT/SIGTERM
+    Latch {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+        /// Participant id [default: HOSTNAME-PID-RANDOM]
+        #[arg(long, value_parser = parse_id)]
+        id: Option<String>,
+    },
+    /// Print the participants of a latch, selector or lock path as a JSON array, in election order
+    Participants {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+    },
+    /// Print the leader's id (an empty line when there is none)
+    Leader {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+    },
+    /// Run CMD while leader (a LeaderSelector); stop it the moment leadership is lost
+    Run(RunArgs),
+    /// Run CMD while holding an InterProcessMutex, like flock(1) across machines
+    Lock(LockArgs),
+    /// The parent-death shim: `__exec <supervisor pid> -- CMD [ARGS...]`
+    #[command(name = "__exec", hide = true)]
+    Exec {
+        /// The pid of the zkr that started this shim
+        parent: i32,
+        /// The command to become
+        #[arg(last = true, required = true, value_name = "CMD")]
+        argv: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Election path (absolute, or a name under /election)
+    #[arg(value_parser = parse_path)]
+    path: String,
+    /// Participant id [default: HOSTNAME-PID-RANDOM]
+    #[arg(long, value_parser = parse_id)]
+    id: Option<String>,
+    /// Rejoin the election after each term and run CMD again the next time this leads
+    #[arg(long)]
+    requeue: bool,
+    /// Time between SIGTERM and SIGKILL to CMD's process group
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        default_value = "5s"
+    )]
+    grace: Duration,
+    /// The command and its arguments (after `--`)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct LockArgs {
+    /// Lock path (absolute, or a name under /election)
+    #[arg(value_parser = parse_path)]
+    path: String,
+    /// Give up after this long without the lock (exit 75) [default: wait for ever]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    timeout: Option<Duration>,
+    /// Participant id [default: HOSTNAME-PID-RANDOM]
+    #[arg(long, value_parser = parse_id)]
+    id: Option<String>,
+    /// Time between SIGTERM and SIGKILL to CMD's process group
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = humantime::parse_duration,
+        default_value = "5s"
+    )]
+    grace: Duration,
+    /// The command and its arguments (after `--`)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<OsString>,
+}
+
+fn parse_path(s: &str) -> Result<String, String> {
+    zookeeper_recipes::path::election_path(s).map_err(|e| e.to_string())
+}
+
+fn parse_id(s: &str) -> Result<String, String> {
+    zookeeper_recipes::path::validate_id(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Exec { parent, argv } = cli.command {
+        // Before any runtime or thread: this process is about to become CMD.
+        process::exec_shim(ShimArgs { parent, argv });
+    }
+    init_tracing();
+    // current_thread: every task, and so every spawn of the shim, runs on the main thread,
+    // which lives as long as the process; PR_SET_PDEATHSIG follows the spawning thread.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("zkr: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async_main(cli));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}
+
+fn init_tracing() {
+    let Ok(filter) = std::env::var("ZKR_LOG") else {
+        return;
+    };
+    match tracing_subscriber::EnvFilter::try_new(&filter) {
+        Ok(filter) => {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+        Err(e) => eprintln!("zkr: ignoring ZKR_LOG={filter:?}: {e}"),
+    }
+}
+
+/// An error that ends zkr with exit code 1 and a message on stderr.
+#[derive(Debug)]
+struct Fail(String);
+
+impl<E: std::fmt::Display> From<E> for Fail {
+    fn from(e: E) -> Self {
+        Fail(e.to_string())
+    }
+}
+
+async fn async_main(cli: Cli) -> ExitCode {
+    let hosts = cli
+        .connect
+        .clone()
+        .or_else(|| std::env::var("ZK_CONNECT").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| DEFAULT_CONNECT.to_owned());
+    let result = match cli.command {
+        Command::Latch { path, id } => latch(&hosts, cli.session_timeout, path, id).await,
+        Command::Participants { path } => participants(&hosts, cli.session_timeout, &path).await,
+        Command::Leader { path } => leader(&hosts, cli.session_timeout, &path).await,
+        Command::Run(args) => run(&hosts, cli.session_timeout, args).await,
+        Command::Lock(args) => lock(&hosts, cli.session_timeout, args).await,
+        Command::Exec { .. } => Err(Fail("__exec is handled before the runtime starts".into())),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Fail(message)) => {
+            eprintln!("zkr: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn connect(hosts: &str, session_timeout: Duration) -> Result<Session, Fail> {
+    Session::builder(hosts)
+        .session_timeout(session_timeout)
+        .connect()
+        .await
+        .map_err(|e| Fail(format!("cannot connect to ZooKeeper at {hosts}: {e}")))
+}
+
+/// How long zkr waits for the server to confirm the close of its session on the way out. A
+/// close is one round trip; the bound only matters when the server stopped answering, and the
+/// recipes have deleted their nodes explicitly before this, so nothing depends on the close.
+const CLOSE_BOUND: Duration = Duration::from_secs(2);
+
+/// Closes the session if it can reach a server; otherwise there is nobody to tell, and the
+/// server ends the session by itself.
+async fn close_session(session: &Session) {
+    if session.state().is_some_and(ConnectionState::is_connected) {
+        let _ = tokio::time::timeout(CLOSE_BOUND, session.close()).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+/// One output line.
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Event<'a> {
+    Leader {
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        ts_ms: u64,
+    },
+    NotLeader {
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    State {
+        state: &'a str,
+        id: &'a str,
+        path: Option<&'a str>,
+        ts_ms: u64,
+    },
+    CmdStarted {
+        pid: u32,
+        token: i64,
+        ts_ms: u64,
+    },
+    CmdSignalled {
+        signal: &'a str,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    CmdExited {
+        code: i32,
+        ts_ms: u64,
+    },
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Where event lines go.
+#[derive(Debug, Clone, Copy)]
+enum Out {
+    Stdout,
+    Stderr,
+}
+
+impl Out {
+    /// Writes one event as one line and flushes it.
+    fn emit(self, event: &Event<'_>) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        match self {
+            Out::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&line)?;
+                out.flush()
+            }
+            Out::Stderr => {
+                let mut out = std::io::stderr().lock();
+                out.write_all(&line)?;
+                out.flush()
+            }
+        }
+    }
+
+    /// [`emit`](Self::emit) for output nobody may be reading (stderr of run and lock): a write
+    /// error must not stop the supervision of CMD.
+    fn emit_best_effort(self, event: &Event<'_>) {
+        let _ = self.emit(event);
+    }
+
+    fn state(self, status: &SessionStatus, id: &str, path: Option<&str>) {
+        if let Some(state) = status.state {
+            self.emit_best_effort(&Event::State {
+                state: state.as_str(),
+                id,
+                path,
+                ts_ms: now_ms(),
+            });
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, as one stream.
+struct Signals {
+    int: UnixSignal,
+    term: UnixSignal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, Fail> {
+        let int = signal(SignalKind::interrupt())
+            .map_err(|e| Fail(format!("cannot handle SIGINT: {e}")))?;
+        let term = signal(SignalKind::terminate())
+            .map_err(|e| Fail(format!("cannot handle SIGTERM: {e}")))?;
+        Ok(Signals { int, term })
+    }
+
+    /// Waits for the next SIGINT or SIGTERM; returns the shell's exit code for it (128 + signal).
+    async fn recv(&mut self) -> u8 {
+        tokio::select! {
+            _ = self.int.recv() => 128 + 2,
+            _ = self.term.recv() => 128 + 15,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// latch, participants, leader
+
+async fn latch(
+    hosts: &str,
+    session_timeout: Duration,
+    path: String,
+    id: Option<String>,
+) -> Result<ExitCode, Fail> {
+    let mut signals = Signals::new()?;
+    let session = connect(hosts, session_timeout).await?;
+    let mut builder = LeaderLatch::builder(&session, &path).close_mode(CloseMode::NotifyLeader);
+    if let Some(id) = id {
+        builder = builder.id(id);
+    }
+    let latch = builder.start().await?;
+    // Subscribed before the latch's task first runs (nothing has awaited since `start`), so no
+    // event is missed.
+    let events = latch.events();
+    tokio::pin!(events);
+    let mut term_path: Option<String> = None;
+    let mut failure: Option<Fail> = None;
+    loop {
+        tokio::select! {
+            biased;
+            _ = signals.recv() => break,
+            event = events.next() => match event {
+                Some(event) => {
+                    if let Err(e) = print_latch_event(&latch, &event, &mut term_path) {
+                        failure = Some(Fail(format!("cannot write to stdout: {e}")));
+                        break;
+                    }
+                }
+                None => {
+                    failure = Some(Fail("the latch stopped unexpectedly".into()));
+                    break;
+                }
+            },
+        }
+    }
+    // Deletes our node (the successor is elected at once) and, with NotifyLeader, reports
+    // not_leader/closed if this latch led; then the event stream ends.
+    latch.close().await?;
+    let drain = async {
+        while let Some(event) = events.next().await {
+            if print_latch_event(&latch, &event, &mut term_path).is_err() {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+    close_session(&session).await;
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn print_latch_event(
+    latch: &LeaderLatch,
+    event: &LatchEvent,
+    term_path: &mut Option<String>,
+) -> std::io::Result<()> {
+    let id = latch.id();
+    match event {
+        LatchEvent::Leader(term) => {
+            *term_path = Some(term.path().to_owned());
+            Out::Stdout.emit(&Event::Leader {
+                id,
+                token: term.token().get(),
+                path: term.path(),
+                ts_ms: now_ms(),
+            })
+        }
+        LatchEvent::NotLeader { token, reason } => {
+            let path = term_path
+                .clone()
+                .or_else(|| latch.our_path())
+                .unwrap_or_default();
+            Out::Stdout.emit(&Event::NotLeader {
+                id,
+                token: token.get(),
+                path: &path,
+                reason: reason.as_str(),
+                ts_ms: now_ms(),
+            })
+        }
+        LatchEvent::State(state) => {
+            let path = latch.our_path();
+            Out::Stdout.emit(&Event::State {
+                state: state.as_str(),
+                id,
+                path: path.as_deref(),
+                ts_ms: now_ms(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn participants(
+    hosts: &str,
+    session_timeout: Duration,
+    path: &str,
+) -> Result<ExitCode, Fail> {
+    let session = connect(hosts, session_timeout).await?;
+    let result = participants_on(&session, path).await;
+    close_session(&session).await;
+    let list = result?;
+    println!("{}", serde_json::to_string(&list)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn leader(hosts: &str, session_timeout: Duration, path: &str) -> Result<ExitCode, Fail> {
+    let session = connect(hosts, session_timeout).await?;
+    let result = participants_on(&session, path).await;
+    close_session(&session).await;
+    println!("{}", leader_of(result?).id);
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// run and lock
+
+/// Why a term ended, as `TermEnd::as_str()` names it: the term's own record when it has one,
+/// else read off the session at the moment the supervisor noticed (the supervisor may notice a
+/// passed deadline before the contender's task has ended the term).
+fn term_end_reason(session: &Session, term: &Leadership, reason: StopReason) -> &'static str {
+    if let Some(end) = term.end_reason() {
+        return end.as_str();
+    }
+    match reason {
+        StopReason::DeadlinePassed => "deadline_passed",
+        StopReason::Shutdown | StopReason::Leftovers => "closed",
+        StopReason::GraceExpired => "closed",
+        _ => {
+            let status = session.status();
+            match status.state {
+                _ if status.closed => "closed",
+                Some(ConnectionState::Suspended) => "suspended",
+                Some(ConnectionState::ReadOnly) => "read_only",
+                Some(ConnectionState::Lost) => "lost",
+                _ if session.session_id() != Some(term.session_id()) => "lost",
+                _ if Instant::now() >= session.safe_until() => "deadline_passed",
+                _ => "node_deleted",
+            }
+        }
+    }
+}
+
+/// What one supervised term reports, and whether `not_leader` was written for it yet.
+struct TermReport<'a> {
+    out: Out,
+    session: &'a Session,
+    id: &'a str,
+    term: &'a Leadership,
+    not_leader_sent: Cell<bool>,
+}
+
+impl TermReport<'_> {
+    fn leader(&self) {
+        self.out.emit_best_effort(&Event::Leader {
+            id: self.id,
+            token: self.term.token().get(),
+            path: self.term.path(),
+            ts_ms: now_ms(),
+        });
+    }
+
+    fn not_leader(&self, reason: &str) {
+        if self.not_leader_sent.replace(true) {
+            return;
+        }
+        self.out.emit_best_effort(&Event::NotLeader {
+            id: self.id,
+            token: self.term.token().get(),
+            path: self.term.path(),
+            reason,
+            ts_ms: now_ms(),
+        });
+    }
+
+    fn process_event(&self, event: ProcessEvent) {
+        match event {
+            ProcessEvent::Started { pid, token } => {
+                self.out.emit_best_effort(&Event::CmdStarted {
+                    pid,
+                    token: token.get(),
+                    ts_ms: now_ms(),
+                });
+            }
+            ProcessEvent::Signalled { signal, reason } => {
+                let lost = matches!(reason, StopReason::TermEnded | StopReason::DeadlinePassed);
+                let why = if lost {
+                    term_end_reason(self.session, self.term, reason)
+                } else {
+                    reason.as_str()
+                };
+                self.out.emit_best_effort(&Event::CmdSignalled {
+                    signal: signal.as_str(),
+                    reason: why,
+                    ts_ms: now_ms(),
+                });
+                if lost {
+                    self.not_leader(why);
+                }
+            }
+            ProcessEvent::Exited { exit } => {
+                self.out.emit_best_effort(&Event::CmdExited {
+                    code: exit.code(),
+                    ts_ms: now_ms(),
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// After the run: `not_leader` for a term that ended by release (or was lost without a
+    /// signal being needed).
+    fn finish(&self, outcome: &Outcome) {
+        let reason = match outcome.stopped {
+            Some(r @ (StopReason::TermEnded | StopReason::DeadlinePassed)) => {
+                term_end_reason(self.session, self.term, r)
+            }
+            _ => "closed",
+        };
+        self.not_leader(reason);
+    }
+}
+
+/// Supervises CMD under `term` while reporting state changes and turning SIGINT/SIGTERM into a
+/// shutdown. Everything runs in this one task, with the supervisor polled first: whatever wakes
+/// the task, CMD is signalled before any other line is written (matters after a freeze).
+async fn supervise<S>(
+    report: &TermReport<'_>,
+    supervisor: &SupervisedCommand,
+    shutdown: &CancellationToken,
+    signals: &mut Signals,
+    states: &mut S,
+) -> Result<Outcome, ProcessError>
+where
+    S: Stream<Item = SessionStatus> + Unpin,
+{
+    let run = supervisor.run(report.term, |event| report.process_event(event));
+    tokio::pin!(run);
+    loop {
+        tokio::select! {
+            biased;
+            outcome = &mut run => return outcome,
+            _ = signals.recv(), if !shutdown.is_cancelled() => shutdown.cancel(),
+            Some(status) = states.next() => {
+                report.out.state(&status, report.id, Some(report.term.path()));
+            }
+        }
+    }
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(u8::MAX))
+}
+
+fn command_spec(argv: Vec<OsString>) -> Result<CommandSpec, Fail> {
+    let spec = CommandSpec::from_argv(argv)?;
+    spec.shim_current_exe().map_err(|e| {
+        Fail(format!(
+            "cannot find zkr's own executable for the shim: {e}"
+        ))
+    })
+}
+
+async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<ExitCode, Fail> {
+    let mut signals = Signals::new()?;
+    let cmd = command_spec(args.command)?;
+    if let Err(e) = process::become_child_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
+    }
+    let session = connect(hosts, session_timeout).await?;
+    let shutdown = CancellationToken::new();
+    let supervisor = SupervisedCommand::new(cmd)
+        .grace(args.grace)
+        .shutdown(shutdown.clone());
+
+    // The selector's closure hands each term to this task and waits until CMD's group is gone.
+    // zkr does its own stopping, so the selector's grace is set well beyond zkr's and the
+    // selector never aborts the closure.
+    let (term_tx, mut term_rx) = mpsc::channel::<(Leadership, oneshot::Sender<()>)>(1);
+    let mut builder = LeaderSelector::builder(&session, &args.path)
+        .auto_requeue(args.requeue)
+        .grace(args.grace * 2 + Duration::from_secs(5));
+    if let Some(id) = &args.id {
+        builder = builder.id(id.clone());
+    }
+    let selector = builder
+        .start(move |term: Leadership| {
+            let term_tx = term_tx.clone();
+            async move {
+                let (done_tx, done_rx) = oneshot::channel();
+                if term_tx.send((term, done_tx)).await.is_ok() {
+                    let _ = done_rx.await;
+                }
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .await?;
+    let id = selector.id().to_owned();
+    let out = Out::Stderr;
+    let states = session.state_changes();
+    tokio::pin!(states);
+
+    let mut code = ExitCode::SUCCESS;
+    let mut failure: Option<Fail> = None;
+    loop {
+        let (term, done) = tokio::select! {
+            biased;
+            _ = signals.recv() => {
+                // Not running CMD right now (any earlier run's code does not count).
+                code = ExitCode::SUCCESS;
+                break;
+            }
+            next = term_rx.recv() => match next {
+                Some(next) => next,
+                None => {
+                    failure = Some(Fail("the leader selector stopped unexpectedly".into()));
+                    break;
+                }
+            },
+            Some(status) = states.next() => {
+                out.state(&status, &id, selector.our_path().as_deref());
+                continue;
+            }
+        };
+        let report = TermReport {
+            out,
+            session: &session,
+            id: &id,
+            term: &term,
+            not_leader_sent: Cell::new(false),
+        };
+        report.leader();
+        let result = supervise(&report, &supervisor, &shutdown, &mut signals, &mut states).await;
+        match &result {
+            Ok(outcome) => report.finish(outcome),
+            Err(_) => report.not_leader(term_end_reason(&session, &term, StopReason::TermEnded)),
+        }
+        // CMD's group is gone: the closure returns and the selector relinquishes.
+        let _ = done.send(());
+        match result {
+            Ok(outcome) => code = exit_code(outcome.exit.code()),
+            Err(ProcessError::NotLeader) => {
+                // The term was over before CMD could start: CMD did not run, so queue again.
+                code = ExitCode::SUCCESS;
+                if shutdown.is_cancelled() {
+                    break;
+                }
+                if !args.requeue {
+                    // `requeue` only works once the selector is idle, after it has deleted the
+                    // node of the term that just ended.
+                    let mut state = selector.watch_state();
+                    let _ = state
+                        .wait_for(|s| matches!(s, SelectorState::Idle | SelectorState::Closed))
+                        .await;
+                    selector.requeue();
+                }
+                continue;
+            }
+            Err(e) => {
+                failure = Some(Fail(e.to_string()));
+                break;
+            }
+        }
+        if shutdown.is_cancelled() || !args.requeue {
+            break;
+        }
+    }
+    // A term handed over but not taken up: dropping it lets the closure return at once.
+    drop(term_rx);
+    // Deletes our node if we are still queued or leading, at once.
+    selector.close().await?;
+    close_session(&session).await;
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(code),
+    }
+}
+
+async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<ExitCode, Fail> {
+    let mut signals = Signals::new()?;
+    let cmd = command_spec(args.command)?;
+    if let Err(e) = process::become_child_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
+    }
+    let session = connect(hosts, session_timeout).await?;
+    let mut builder = InterProcessMutex::builder(&session, &args.path);
+    if let Some(id) = &args.id {
+        builder = builder.id(id.clone());
+    }
+    let mutex = builder.build()?;
+    let out = Out::Stderr;
+    let states = session.state_changes();
+    tokio::pin!(states);
+
+    let acquire = async {
+        match args.timeout {
+            Some(timeout) => mutex.acquire_timeout(timeout).await,
+            None => mutex.acquire().await.map(Some),
+        }
+    };
+    tokio::pin!(acquire);
+    let acquired = loop {
+        tokio::select! {
+            biased;
+            code = signals.recv() => {
+                // Dropping the acquire withdraws from the queue; closing the session makes sure
+                // the node is gone before we exit. CMD never ran: exit 128 + signal, as a shell
+                // does, so that `zkr lock ... && next` does not go on.
+                close_session(&session).await;
+                return Ok(ExitCode::from(code));
+            }
+            acquired = &mut acquire => break acquired,
+            Some(status) = states.next() => out.state(&status, mutex.id(), None),
+        }
+    };
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
+        Ok(None) => {
+            close_session(&session).await;
+            eprintln!(
+                "zkr: timed out after {} waiting for the lock on {}",
+                humantime::format_duration(args.timeout.unwrap_or_default()),
+                args.path
+            );
+            return Ok(ExitCode::from(EXIT_TIMEOUT));
+        }
+        Err(e) => {
+            close_session(&session).await;
+            return Err(Fail(format!(
+                "cannot acquire the lock on {}: {e}",
+                args.path
+            )));
+        }
+    };
+    let term = guard.leadership().clone();
+    let shutdown = CancellationToken::new();
+    let supervisor = SupervisedCommand::new(cmd)
+        .grace(args.grace)
+        .shutdown(shutdown.clone());
+    let report = TermReport {
+        out,
+        session: &session,
+        id: mutex.id(),
+        term: &term,
+        not_leader_sent: Cell::new(false),
+    };
+    report.leader();
+    let result = supervise(&report, &supervisor, &shutdown, &mut signals, &mut states).await;
+    // CMD's group is gone: release, so the next waiter gets the lock at once.
+    guard.release().await?;
+    let code = match result {
+        Ok(outcome) => {
+            report.finish(&outcome);
+            Ok(exit_code(outcome.exit.code()))
+        }
+        Err(e) => {
+            report.not_leader(term_end_reason(&session, &term, StopReason::TermEnded));
+            Err(Fail(e.to_string()))
+        }
+    };
+    close_session(&session).await;
+    code
+}

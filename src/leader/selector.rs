@@ -335,6 +335,12 @@ impl LeaderSelector {
         &self.shared.id
     }
 
+    /// The full path of this selector's node, while it is queued or leading.
+    pub fn our_path(&self) -> Option<String> {
+        let current = self.shared.current.lock().ok()?;
+        current.as_ref().and_then(|c| c.our_path())
+    }
+
     /// The election path.
     pub fn path(&self) -> &str {
         &self.shared.path

@@ -1,0 +1,1140 @@
+//! `zkr`, the command-line tool, against real ZooKeeper: its JSON events, exit codes, and the
+//! supervision of commands run under a leadership term or a lock (group kill on loss, parent
+//! death, freeze).
+//!
+//! Every zkr is a child process of this test (`kill_on_drop`), every CMD group it reports is
+//! `SIGKILL`ed when the test ends ([`Groups`]), and every wait is bounded with a message that
+//! says what did not happen. Tests that fault the server or freeze a process start their own
+//! server and run one at a time ([`FAULTS`]); the others share one server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::ffi::OsStr;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{own_server, shared_server, zookeeper};
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use zookeeper_recipes::testing;
+
+/// The bound for things that should take milliseconds (an election, a process exit).
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Tests that freeze processes or stop servers run one at a time, so that their timing is not
+/// skewed by each other's JVMs on a small machine.
+static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `to - from` in milliseconds, negative when `to` came first.
+fn signed_ms(from: Instant, to: Instant) -> f64 {
+    ms(to.saturating_duration_since(from)) - ms(from.saturating_duration_since(to))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driving zkr
+
+/// One line zkr wrote, with the instant the test read it.
+#[derive(Debug, Clone)]
+struct Line {
+    at: Instant,
+    json: Value,
+}
+
+impl Line {
+    fn event(&self) -> &str {
+        self.json["event"].as_str().unwrap_or("")
+    }
+
+    fn str(&self, key: &str) -> &str {
+        self.json[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} is not a string in {}", self.json))
+    }
+
+    fn int(&self, key: &str) -> i64 {
+        self.json[key]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{key} is not an integer in {}", self.json))
+    }
+}
+
+/// A running zkr: its event lines (stdout for `latch`, stderr for `run`/`lock`) as they come,
+/// and the other stream kept for failure messages.
+struct Zkr {
+    name: String,
+    child: Child,
+    pid: Pid,
+    events: mpsc::UnboundedReceiver<Line>,
+    other: Arc<Mutex<Vec<String>>>,
+    seen: Vec<Line>,
+}
+
+/// Which stream carries the events.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EventsOn {
+    Stdout,
+    Stderr,
+}
+
+fn zkr(connect: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zkr"));
+    c.arg("--connect")
+        .arg(connect)
+        .env_remove("ZK_CONNECT")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+/// Forwards the lines of `pipe`: JSON objects to `events`, anything else to `other`.
+fn read_lines(
+    pipe: impl AsyncRead + Unpin + Send + 'static,
+    events: Option<mpsc::UnboundedSender<Line>>,
+    other: Arc<Mutex<Vec<String>>>,
+) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(pipe).lines();
+        while let Ok(Some(text)) = lines.next_line().await {
+            let at = Instant::now();
+            match (&events, serde_json::from_str::<Value>(&text)) {
+                (Some(tx), Ok(json)) if json.get("event").is_some() => {
+                    let _ = tx.send(Line { at, json });
+                }
+                _ => other.lock().unwrap().push(text),
+            }
+        }
+    });
+}
+
+impl Zkr {
+    fn spawn(name: &str, mut cmd: Command, on: EventsOn) -> Zkr {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("zkr did not start");
+        let pid = Pid::from_raw(child.id().expect("zkr has a pid") as i32);
+        let (tx, events) = mpsc::unbounded_channel();
+        let other = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (out_tx, err_tx) = match on {
+            EventsOn::Stdout => (Some(tx), None),
+            EventsOn::Stderr => (None, Some(tx)),
+        };
+        read_lines(stdout, out_tx, Arc::clone(&other));
+        read_lines(stderr, err_tx, Arc::clone(&other));
+        Zkr {
+            name: name.to_owned(),
+            child,
+            pid,
+            events,
+            other,
+            seen: Vec::new(),
+        }
+    }
+
+    /// `zkr [--session-timeout T] latch PATH --id ID`.
+    fn latch(connect: &str, path: &str, id: &str, session_timeout: Option<&str>) -> Zkr {
+        let mut c = zkr(connect);
+        if let Some(t) = session_timeout {
+            c.args(["--session-timeout", t]);
+        }
+        c.args(["latch", path, "--id", id]);
+        Zkr::spawn(id, c, EventsOn::Stdout)
+    }
+
+    /// `zkr [global...] run|lock ARGS...` with events on stderr; CMD's stdout is discarded.
+    fn supervisor<S: AsRef<OsStr>>(connect: &str, name: &str, args: &[S]) -> Zkr {
+        let mut c = zkr(connect);
+        c.args(args);
+        Zkr::spawn(name, c, EventsOn::Stderr)
+    }
+
+    fn context(&self) -> String {
+        let seen: Vec<String> = self.seen.iter().map(|l| l.json.to_string()).collect();
+        format!(
+            "[{}] events so far:\n  {}\nother output:\n  {}",
+            self.name,
+            seen.join("\n  "),
+            self.other.lock().unwrap().join("\n  ")
+        )
+    }
+
+    /// The next event line, whatever it is.
+    async fn next(&mut self, within: Duration, what: &str) -> Line {
+        match tokio::time::timeout(within, self.events.recv()).await {
+            Ok(Some(line)) => {
+                self.seen.push(line.clone());
+                line
+            }
+            Ok(None) => panic!("{what}: zkr closed its output first\n{}", self.context()),
+            Err(_) => panic!("{what}: nothing within {within:?}\n{}", self.context()),
+        }
+    }
+
+    /// The next event named `event`, skipping others.
+    async fn wait_for(&mut self, event: &str, within: Duration, what: &str) -> Line {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let line = self.next(left, what).await;
+            if line.event() == event {
+                return line;
+            }
+        }
+    }
+
+    /// Every event line that has arrived by now, without waiting.
+    fn drain(&mut self) -> Vec<Line> {
+        let mut out = Vec::new();
+        while let Ok(line) = self.events.try_recv() {
+            self.seen.push(line.clone());
+            out.push(line);
+        }
+        out
+    }
+
+    async fn exit(&mut self, within: Duration, what: &str) -> ExitStatus {
+        match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(status) => status.expect("waiting for zkr failed"),
+            Err(_) => panic!(
+                "{what}: zkr did not exit within {within:?}\n{}",
+                self.context()
+            ),
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid, signal).expect("zkr can be signalled");
+    }
+}
+
+/// `zkr ARGS...` to completion: exit status and stdout.
+async fn zkr_output(connect: &str, args: &[&str]) -> (ExitStatus, String) {
+    let mut c = zkr(connect);
+    c.args(args);
+    let out = tokio::time::timeout(BOUND, c.output())
+        .await
+        .unwrap_or_else(|_| panic!("zkr {args:?} did not finish within {BOUND:?}"))
+        .expect("zkr ran");
+    (
+        out.status,
+        String::from_utf8(out.stdout).expect("zkr prints UTF-8"),
+    )
+}
+
+/// Kills the recorded CMD process groups when the test ends, however it ends.
+#[derive(Default)]
+struct Groups(Vec<Pid>);
+
+impl Groups {
+    fn add(&mut self, started: &Line) -> Pid {
+        let pgid = Pid::from_raw(started.int("pid") as i32);
+        self.0.push(pgid);
+        pgid
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        for pgid in &self.0 {
+            let _ = killpg(*pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+fn group_gone(pgid: Pid) -> bool {
+    matches!(killpg(pgid, None), Err(Errno::ESRCH))
+}
+
+/// Whether `pid` is a process that still runs: a zombie waiting for init to reap it does not.
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Polls `check` every 10 ms until it holds; panics with `what` after `bound`. Returns when it
+/// first held.
+async fn eventually(bound: Duration, what: &str, mut check: impl FnMut() -> bool) -> Instant {
+    let deadline = Instant::now() + bound;
+    loop {
+        if check() {
+            return Instant::now();
+        }
+        if Instant::now() >= deadline {
+            panic!("{what}: not within {bound:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A plain client for looking at the tree.
+async fn client(connect: &str) -> zookeeper_client::Client {
+    tokio::time::timeout(BOUND, zookeeper_client::Client::connect(connect))
+        .await
+        .expect("no ZooKeeper connection in time")
+        .expect("ZooKeeper connection failed")
+}
+
+async fn children(client: &zookeeper_client::Client, path: &str) -> Vec<String> {
+    match client.list_children(path).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {path}: {e}"),
+    }
+}
+
+/// Waits until `path` has `n` children (contenders), polling.
+async fn wait_children(client: &zookeeper_client::Client, path: &str, n: usize, what: &str) {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let now = children(client, path).await;
+        if now.len() == n {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("{what}: {path} has {now:?}, not {n} children, after {BOUND:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// latch, participants, leader
+
+#[tokio::test]
+async fn latch_prints_leader_then_successor_leads_after_sigterm() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-latch");
+
+    let mut a = Zkr::latch(connect, &path, "a", None);
+    let led = a
+        .wait_for("leader", BOUND, "the first latch never printed leader")
+        .await;
+    assert_eq!(led.str("id"), "a");
+    let token_a = led.int("token");
+    let node_a = led.str("path").to_owned();
+    assert!(
+        node_a.starts_with(&format!("{path}/_c_")) && node_a.contains("-latch-"),
+        "{node_a}"
+    );
+    assert!(
+        led.int("ts_ms") > 1_600_000_000_000,
+        "ts_ms is unix milliseconds: {}",
+        led.json
+    );
+
+    let mut b = Zkr::latch(connect, &path, "b", None);
+    wait_children(&zk, &path, 2, "the second latch did not join").await;
+
+    let sigterm = Instant::now();
+    a.signal(Signal::SIGTERM);
+    let succeeded = b
+        .wait_for("leader", BOUND, "the second latch never led after SIGTERM")
+        .await;
+    let handover = succeeded.at - sigterm;
+
+    let closed = a
+        .next(BOUND, "the first latch printed nothing after SIGTERM")
+        .await;
+    assert_eq!(closed.event(), "not_leader", "{}", closed.json);
+    assert_eq!(closed.str("reason"), "closed");
+    assert_eq!(closed.int("token"), token_a);
+    assert_eq!(closed.str("path"), node_a);
+    let status = a.exit(BOUND, "the first latch after SIGTERM").await;
+    assert_eq!(status.code(), Some(0), "{}", a.context());
+    assert!(
+        zk.check_stat(&node_a).await.expect("stat").is_none(),
+        "the first latch's node {node_a} is still there after it exited"
+    );
+
+    let token_b = succeeded.int("token");
+    assert!(
+        token_b > token_a,
+        "successor's token {token_b} is not above {token_a}"
+    );
+    eprintln!(
+        "latch handover, SIGTERM to the successor's leader line: {:.1} ms",
+        ms(handover)
+    );
+
+    b.signal(Signal::SIGINT);
+    assert_eq!(
+        b.exit(BOUND, "the second latch after SIGINT").await.code(),
+        Some(0)
+    );
+}
+
+#[tokio::test]
+async fn participants_and_leader_print_election_order() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+
+    // A latch path given as a bare name: /election/<name>.
+    let name = format!(
+        "cli-order-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let full = format!("/election/{name}");
+    let mut a = Zkr::latch(connect, &name, "a", None);
+    a.wait_for("leader", BOUND, "latch a never led").await;
+    let mut b = Zkr::latch(connect, &name, "b", None);
+    wait_children(&zk, &full, 2, "latch b did not join").await;
+    let mut c = Zkr::latch(connect, &full, "c", None);
+    wait_children(&zk, &full, 3, "latch c did not join").await;
+
+    let (status, out) = zkr_output(connect, &["participants", &name]).await;
+    assert!(status.success(), "zkr participants failed: {status}");
+    let list: Value = serde_json::from_str(out.trim()).expect("participants prints JSON");
+    assert_eq!(
+        list,
+        serde_json::json!([
+            {"id": "a", "leader": true},
+            {"id": "b", "leader": false},
+            {"id": "c", "leader": false},
+        ])
+    );
+    let (status, out) = zkr_output(connect, &["leader", &full]).await;
+    assert!(status.success());
+    assert_eq!(out, "a\n");
+
+    // The leader goes: the order moves up.
+    a.signal(Signal::SIGTERM);
+    a.exit(BOUND, "latch a after SIGTERM").await;
+    b.wait_for("leader", BOUND, "latch b never led after a left")
+        .await;
+    let (_, out) = zkr_output(connect, &["participants", &full]).await;
+    assert_eq!(
+        out.trim(),
+        r#"[{"id":"b","leader":true},{"id":"c","leader":false}]"#
+    );
+
+    // A selector path (zkr run): lock- nodes, found without being told.
+    let sel = testing::unique_path("cli-order-sel");
+    let mut groups = Groups::default();
+    let mut r1 = Zkr::supervisor(
+        connect,
+        "r1",
+        &["run", &sel, "--id", "r1", "--", "sleep", "1000"],
+    );
+    groups.add(
+        &r1.wait_for("cmd_started", BOUND, "runner r1 never started its command")
+            .await,
+    );
+    let mut r2 = Zkr::supervisor(
+        connect,
+        "r2",
+        &["run", &sel, "--id", "r2", "--", "sleep", "1000"],
+    );
+    wait_children(&zk, &sel, 2, "runner r2 did not queue").await;
+    let (_, out) = zkr_output(connect, &["participants", &sel]).await;
+    assert_eq!(
+        out.trim(),
+        r#"[{"id":"r1","leader":true},{"id":"r2","leader":false}]"#
+    );
+    let (_, out) = zkr_output(connect, &["leader", &sel]).await;
+    assert_eq!(out, "r1\n");
+
+    // Nobody there: an empty list and an empty line, exit 0.
+    let empty = testing::unique_path("cli-order-none");
+    let (status, out) = zkr_output(connect, &["participants", &empty]).await;
+    assert!(status.success());
+    assert_eq!(out, "[]\n");
+    let (status, out) = zkr_output(connect, &["leader", &empty]).await;
+    assert!(status.success());
+    assert_eq!(out, "\n");
+
+    for z in [&b, &c, &r1, &r2] {
+        z.signal(Signal::SIGTERM);
+    }
+    for z in [&mut b, &mut c, &mut r1, &mut r2] {
+        z.exit(BOUND, "a participant after SIGTERM").await;
+    }
+}
+
+#[tokio::test]
+async fn frozen_latch_leader_reports_not_leader_as_soon_as_it_wakes() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-frozen-latch");
+    let timeout = Duration::from_secs(2);
+
+    let mut a = Zkr::latch(connect, &path, "a", Some("2s"));
+    let led = a.wait_for("leader", BOUND, "latch a never led").await;
+    let token_a = led.int("token");
+    let mut b = Zkr::latch(connect, &path, "b", Some("2s"));
+    wait_children(&zk, &path, 2, "latch b did not join").await;
+
+    a.signal(Signal::SIGSTOP);
+    let frozen = Instant::now();
+    let freeze = timeout * 5 / 2;
+    let b_led = b
+        .wait_for(
+            "leader",
+            freeze,
+            "latch b did not lead while a was frozen past its session",
+        )
+        .await;
+    assert!(b_led.int("token") > token_a);
+    tokio::time::sleep_until((frozen + freeze).into()).await;
+    a.signal(Signal::SIGCONT);
+    let woke = Instant::now();
+
+    let first = a
+        .next(
+            Duration::from_secs(5),
+            "latch a printed nothing after waking",
+        )
+        .await;
+    let delay = first.at - woke;
+    assert_eq!(
+        first.event(),
+        "not_leader",
+        "the first line after waking: {}",
+        first.json
+    );
+    assert!(
+        matches!(first.str("reason"), "deadline_passed" | "lost"),
+        "reason: {}",
+        first.json
+    );
+    assert_eq!(first.int("token"), token_a);
+    assert!(
+        delay <= Duration::from_secs(1),
+        "not_leader came {delay:?} after waking"
+    );
+    eprintln!(
+        "frozen latch: SIGCONT to not_leader {:.1} ms ({})",
+        ms(delay),
+        first.str("reason")
+    );
+
+    // It rejoins with a new session, behind b, and never claims leadership again.
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let line = a
+            .next(deadline - Instant::now(), "latch a never reconnected")
+            .await;
+        assert_ne!(
+            line.event(),
+            "leader",
+            "latch a led again while b leads: {}",
+            line.json
+        );
+        if line.event() == "state" && line.str("state") == "reconnected" {
+            break;
+        }
+    }
+    let (_, out) = zkr_output(connect, &["leader", &path]).await;
+    assert_eq!(out, "b\n");
+    assert!(
+        a.drain().iter().all(|l| l.event() != "leader"),
+        "{}",
+        a.context()
+    );
+
+    a.signal(Signal::SIGTERM);
+    b.signal(Signal::SIGTERM);
+    assert_eq!(a.exit(BOUND, "latch a after SIGTERM").await.code(), Some(0));
+    assert_eq!(b.exit(BOUND, "latch b after SIGTERM").await.code(), Some(0));
+    assert!(
+        a.drain().iter().all(|l| l.event() != "leader"),
+        "{}",
+        a.context()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// run
+
+#[tokio::test]
+async fn run_starts_cmd_with_token_env_and_exits_with_its_code() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-run-env");
+    let file = std::env::temp_dir().join(format!("zkr-cli-{}.env", uuid::Uuid::new_v4().simple()));
+    let script = concat!(
+        r#"printf '%s\n%s\n%s\n' "$ZK_FENCING_TOKEN" "$ZK_LEADER_ID" "$ZK_LEADER_PATH" > "$1";"#,
+        " exit 3"
+    );
+
+    let mut r = Zkr::supervisor(
+        connect,
+        "run",
+        &[
+            OsStr::new("run"),
+            OsStr::new(&path),
+            OsStr::new("--id"),
+            OsStr::new("job-1"),
+            OsStr::new("--"),
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            OsStr::new(script),
+            OsStr::new("sh"),
+            file.as_os_str(),
+        ],
+    );
+    let status = r
+        .exit(BOUND, "zkr run of a command that exits at once")
+        .await;
+    assert_eq!(status.code(), Some(3), "{}", r.context());
+    let lines = r.drain();
+    let names: Vec<&str> = lines.iter().map(Line::event).collect();
+    assert_eq!(
+        names,
+        ["leader", "cmd_started", "cmd_exited", "not_leader"],
+        "{}",
+        r.context()
+    );
+    let (led, started, exited, released) = (&lines[0], &lines[1], &lines[2], &lines[3]);
+    assert_eq!(started.int("token"), led.int("token"));
+    assert_eq!(exited.int("code"), 3);
+    assert_eq!(released.str("reason"), "closed");
+
+    let written = std::fs::read_to_string(&file).expect("the command wrote its environment");
+    let _ = std::fs::remove_file(&file);
+    let env: Vec<&str> = written.lines().collect();
+    assert_eq!(
+        env,
+        [
+            led.int("token").to_string().as_str(),
+            "job-1",
+            led.str("path")
+        ]
+    );
+    assert!(
+        children(&zk, &path).await.is_empty(),
+        "the runner's node outlived it"
+    );
+}
+
+#[tokio::test]
+async fn run_kills_cmd_process_group_within_grace_when_leadership_is_lost() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cli-run-loss");
+    let grace = Duration::from_secs(2);
+    let mut groups = Groups::default();
+
+    let mut r = Zkr::supervisor(
+        connect,
+        "run",
+        &[
+            "run",
+            &path,
+            "--grace",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1000 & sleep 1000 & wait",
+        ],
+    );
+    let started = r
+        .wait_for("cmd_started", BOUND, "the runner never started its command")
+        .await;
+    let pgid = groups.add(&started);
+    eventually(BOUND, "the command's two children did not start", || {
+        group_members(pgid).len() >= 3
+    })
+    .await;
+
+    // Stopping the server suspends the connection: under the Standard policy, the term is over.
+    let stop = Instant::now();
+    server.stop().await.expect("the server did not stop");
+    let stopped = Instant::now();
+    let signalled = r
+        .wait_for("cmd_signalled", BOUND, "the command was not signalled")
+        .await;
+    assert_eq!(signalled.str("signal"), "SIGTERM");
+    assert_eq!(signalled.str("reason"), "suspended", "{}", signalled.json);
+    let not_leader = r.next(BOUND, "no not_leader after the signal").await;
+    assert_eq!(not_leader.event(), "not_leader", "{}", not_leader.json);
+    assert_eq!(not_leader.str("reason"), "suspended");
+    let gone = eventually(
+        grace + Duration::from_secs(1),
+        "the command's process group is not gone",
+        || group_gone(pgid),
+    )
+    .await;
+    let exited = r.wait_for("cmd_exited", BOUND, "no cmd_exited").await;
+    assert_eq!(exited.int("code"), 143, "sh killed by SIGTERM");
+    eprintln!(
+        "server stop: began to cmd_signalled {:.1} ms, stop() returned to cmd_signalled \
+         {:+.1} ms; not_leader to cmd_signalled {:+.1} ms; cmd_signalled to group gone {:.1} ms",
+        ms(signalled.at - stop),
+        signed_ms(stopped, signalled.at),
+        signed_ms(not_leader.at, signalled.at),
+        ms(gone - signalled.at),
+    );
+}
+
+#[tokio::test]
+async fn sigterm_to_run_stops_cmd_and_releases_at_once() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-run-release");
+    let mut groups = Groups::default();
+
+    let mut r1 = Zkr::supervisor(
+        connect,
+        "r1",
+        &["run", &path, "--id", "r1", "--", "sleep", "1000"],
+    );
+    let started1 = r1
+        .wait_for("cmd_started", BOUND, "r1 never started its command")
+        .await;
+    let pid1 = groups.add(&started1);
+    let mut r2 = Zkr::supervisor(
+        connect,
+        "r2",
+        &["run", &path, "--id", "r2", "--", "sleep", "1000"],
+    );
+    wait_children(&zk, &path, 2, "r2 did not queue").await;
+
+    r1.signal(Signal::SIGTERM);
+    let signalled = r1
+        .wait_for("cmd_signalled", BOUND, "r1 did not signal its command")
+        .await;
+    assert_eq!(signalled.str("signal"), "SIGTERM");
+    assert_eq!(signalled.str("reason"), "shutdown");
+    let exited = r1
+        .wait_for("cmd_exited", BOUND, "r1's command did not exit")
+        .await;
+    assert_eq!(exited.int("code"), 143);
+    let released = r1.next(BOUND, "r1 printed no not_leader").await;
+    assert_eq!(released.event(), "not_leader");
+    assert_eq!(released.str("reason"), "closed");
+    assert_eq!(
+        r1.exit(BOUND, "r1 after SIGTERM").await.code(),
+        Some(143),
+        "{}",
+        r1.context()
+    );
+    assert!(group_gone(pid1), "r1's command group outlived r1");
+
+    let led2 = r2.wait_for("leader", BOUND, "r2 never led").await;
+    let started2 = r2
+        .wait_for("cmd_started", BOUND, "r2 never started its command")
+        .await;
+    groups.add(&started2);
+    assert!(led2.int("token") > started1.int("token"));
+    eprintln!(
+        "release: r1's cmd_exited to r2's cmd_started {:.1} ms",
+        ms(started2.at.duration_since(exited.at))
+    );
+    r2.signal(Signal::SIGINT);
+    assert_eq!(r2.exit(BOUND, "r2 after SIGINT").await.code(), Some(143));
+}
+
+#[tokio::test]
+async fn frozen_run_leader_is_replaced_and_kills_its_cmd_on_wake() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-run-frozen");
+    let timeout = Duration::from_secs(2);
+    let mut groups = Groups::default();
+    let run = |id: &'static str| {
+        [
+            "--session-timeout",
+            "2s",
+            "run",
+            path.as_str(),
+            "--id",
+            id,
+            "--",
+            "sleep",
+            "1000",
+        ]
+    };
+
+    let mut f1 = Zkr::supervisor(connect, "f1", &run("f1"));
+    let started1 = f1
+        .wait_for("cmd_started", BOUND, "f1 never started its command")
+        .await;
+    let cmd1 = groups.add(&started1);
+    let mut f2 = Zkr::supervisor(connect, "f2", &run("f2"));
+    wait_children(&zk, &path, 2, "f2 did not queue").await;
+
+    f1.signal(Signal::SIGSTOP);
+    let frozen = Instant::now();
+    let freeze = timeout * 5 / 2;
+    let started2 = f2
+        .wait_for(
+            "cmd_started",
+            freeze,
+            "f2 did not start its command while f1 was frozen",
+        )
+        .await;
+    groups.add(&started2);
+    assert!(started2.int("token") > started1.int("token"));
+    tokio::time::sleep_until((frozen + freeze).into()).await;
+    f1.signal(Signal::SIGCONT);
+    let woke = Instant::now();
+
+    let first = f1
+        .next(Duration::from_secs(5), "f1 printed nothing after waking")
+        .await;
+    let delay = first.at - woke;
+    assert_eq!(
+        first.event(),
+        "cmd_signalled",
+        "f1's first line after waking: {}",
+        first.json
+    );
+    assert_eq!(first.str("signal"), "SIGTERM");
+    assert!(
+        delay <= Duration::from_secs(1),
+        "f1 signalled its command {delay:?} after waking"
+    );
+    let not_leader = f1.next(BOUND, "f1 printed no not_leader").await;
+    assert_eq!(not_leader.event(), "not_leader", "{}", not_leader.json);
+    assert!(
+        matches!(not_leader.str("reason"), "deadline_passed" | "lost"),
+        "{}",
+        not_leader.json
+    );
+    eprintln!(
+        "frozen runner: SIGCONT to cmd_signalled {:.1} ms ({})",
+        ms(delay),
+        first.str("reason")
+    );
+
+    assert_eq!(
+        f1.exit(BOUND, "f1 after its command was stopped")
+            .await
+            .code(),
+        Some(143)
+    );
+    assert!(group_gone(cmd1), "f1's command group outlived f1");
+    let (_, out) = zkr_output(connect, &["leader", &path]).await;
+    assert_eq!(out, "f2\n");
+    f2.signal(Signal::SIGTERM);
+    assert_eq!(f2.exit(BOUND, "f2 after SIGTERM").await.code(), Some(143));
+}
+
+#[tokio::test]
+async fn killed_zkr_takes_its_cmd_with_it() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cli-run-killed");
+    let mut groups = Groups::default();
+
+    let mut r = Zkr::supervisor(connect, "run", &["run", &path, "--", "sleep", "1000"]);
+    let started = r
+        .wait_for("cmd_started", BOUND, "the runner never started its command")
+        .await;
+    groups.add(&started);
+    let pid = started.int("pid") as i32;
+    assert!(running(pid));
+
+    let killed = Instant::now();
+    r.signal(Signal::SIGKILL);
+    let gone = eventually(
+        Duration::from_secs(2),
+        "the command outlived its SIGKILLed zkr",
+        || !running(pid),
+    )
+    .await;
+    r.exit(BOUND, "zkr after SIGKILL").await;
+    eprintln!(
+        "parent death: zkr SIGKILLed to its command gone {:.1} ms",
+        ms(gone - killed)
+    );
+}
+
+#[tokio::test]
+async fn run_sigkills_a_group_that_ignores_sigterm_after_grace() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cli-run-stubborn");
+    let mut groups = Groups::default();
+
+    let mut r = Zkr::supervisor(
+        connect,
+        "run",
+        &[
+            "run",
+            &path,
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; sleep 1000 & wait",
+        ],
+    );
+    let started = r
+        .wait_for("cmd_started", BOUND, "the runner never started its command")
+        .await;
+    let pgid = groups.add(&started);
+    eventually(BOUND, "the command's child did not start", || {
+        group_members(pgid).len() >= 2
+    })
+    .await;
+
+    r.signal(Signal::SIGTERM);
+    let term = r
+        .wait_for("cmd_signalled", BOUND, "no SIGTERM to the command")
+        .await;
+    assert_eq!(
+        (term.str("signal"), term.str("reason")),
+        ("SIGTERM", "shutdown")
+    );
+    let kill = r
+        .wait_for("cmd_signalled", BOUND, "no SIGKILL after the grace period")
+        .await;
+    assert_eq!(
+        (kill.str("signal"), kill.str("reason")),
+        ("SIGKILL", "grace_expired")
+    );
+    let waited = kill.at - term.at;
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "SIGKILL came {waited:?} after SIGTERM with a 1 s grace"
+    );
+    assert_eq!(
+        r.exit(BOUND, "zkr after SIGKILLing its command")
+            .await
+            .code(),
+        Some(137)
+    );
+    assert!(group_gone(pgid), "the stubborn group outlived zkr");
+}
+
+#[tokio::test]
+async fn run_with_requeue_runs_cmd_again_each_time_it_leads() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cli-run-requeue");
+
+    let mut r = Zkr::supervisor(
+        connect,
+        "run",
+        &["run", &path, "--requeue", "--", "sleep", "0.1"],
+    );
+    let first = r.wait_for("cmd_started", BOUND, "no first run").await;
+    let exited = r
+        .wait_for("cmd_exited", BOUND, "the first run did not end")
+        .await;
+    assert_eq!(exited.int("code"), 0);
+    let second = r
+        .wait_for("cmd_started", BOUND, "no second run after requeue")
+        .await;
+    assert!(
+        second.int("token") > first.int("token"),
+        "a new term has a higher token"
+    );
+    r.signal(Signal::SIGTERM);
+    let status = r.exit(BOUND, "zkr run --requeue after SIGTERM").await;
+    assert!(matches!(status.code(), Some(0 | 143)), "{status}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// lock
+
+#[tokio::test]
+async fn lock_exits_75_on_timeout_and_runs_cmd_with_token_when_free() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-lock");
+    let mut groups = Groups::default();
+
+    let mut holder = Zkr::supervisor(
+        connect,
+        "holder",
+        &["lock", &path, "--id", "holder", "--", "sleep", "1000"],
+    );
+    let held = holder
+        .wait_for("cmd_started", BOUND, "the holder never ran its command")
+        .await;
+    groups.add(&held);
+
+    let asked = Instant::now();
+    let (status, _) = zkr_output(connect, &["lock", &path, "--timeout", "1s", "--", "true"]).await;
+    let waited = asked.elapsed();
+    assert_eq!(
+        status.code(),
+        Some(75),
+        "a lock that stays taken must time out with 75"
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "gave up after {waited:?}, before its timeout"
+    );
+    assert_eq!(
+        children(&zk, &path).await.len(),
+        1,
+        "the timed-out waiter left its node"
+    );
+
+    // A waiter stopped before it got the lock: its CMD never ran, so it must not exit 0.
+    let mut waiter = Zkr::supervisor(connect, "waiter", &["lock", &path, "--", "true"]);
+    wait_children(&zk, &path, 2, "the waiter never queued").await;
+    waiter.signal(Signal::SIGTERM);
+    assert_eq!(
+        waiter.exit(BOUND, "the waiter after SIGTERM").await.code(),
+        Some(143),
+        "a lock interrupted while waiting exits 128 + SIGTERM"
+    );
+    wait_children(&zk, &path, 1, "the interrupted waiter left its node").await;
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(
+        holder.exit(BOUND, "the holder after SIGTERM").await.code(),
+        Some(143)
+    );
+
+    let file =
+        std::env::temp_dir().join(format!("zkr-cli-{}.token", uuid::Uuid::new_v4().simple()));
+    let mut next = Zkr::supervisor(
+        connect,
+        "next",
+        &[
+            OsStr::new("lock"),
+            OsStr::new(&path),
+            OsStr::new("--timeout"),
+            OsStr::new("10s"),
+            OsStr::new("--"),
+            OsStr::new("sh"),
+            OsStr::new("-c"),
+            OsStr::new(r#"echo "$ZK_FENCING_TOKEN" > "$1""#),
+            OsStr::new("sh"),
+            file.as_os_str(),
+        ],
+    );
+    assert_eq!(
+        next.exit(BOUND, "zkr lock on a free lock").await.code(),
+        Some(0),
+        "{}",
+        next.context()
+    );
+    let token: i64 = std::fs::read_to_string(&file)
+        .expect("the command wrote its token")
+        .trim()
+        .parse()
+        .expect("ZK_FENCING_TOKEN is an integer");
+    let _ = std::fs::remove_file(&file);
+    let led = next
+        .drain()
+        .into_iter()
+        .find(|l| l.event() == "leader")
+        .expect("a leader event");
+    assert_eq!(token, led.int("token"));
+    assert!(
+        token > held.int("token"),
+        "the later hold has a higher token"
+    );
+    assert!(
+        children(&zk, &path).await.is_empty(),
+        "the lock's node outlived the release"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// arguments
+
+#[tokio::test]
+async fn bad_arguments_exit_2_with_usage() {
+    // No server needed: these never get that far.
+    for args in [
+        &["run", "/x"][..],
+        &["latch"],
+        &["leader", "/a//b"],
+        &["--session-timeout", "soon", "leader", "x"],
+        &["latch", "x", "--id", ""],
+        &["lock", "/x", "--timeout", "never", "--", "true"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_zkr"))
+            .args(args)
+            .output()
+            .await
+            .expect("zkr ran");
+        assert_eq!(out.status.code(), Some(2), "zkr {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("Usage:") || err.contains("--help"),
+            "zkr {args:?}: {err}"
+        );
+    }
+}
+
+/// The pids whose process group is `pgid`, from /proc.
+fn group_members(pgid: Pid) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .is_some_and(|stat| {
+                    // Fields after the command: state ppid pgrp ...
+                    stat.rsplit_once(')')
+                        .map(|(_, rest)| {
+                            rest.split_whitespace().nth(2) == Some(&pgid.as_raw().to_string())
+                        })
+                        .unwrap_or(false)
+                })
+        })
+        .collect()
+}
