@@ -407,17 +407,25 @@ async fn step(
             }
         }
     };
-    let children = match listing.take() {
-        Some(children) => children,
-        None => match live.client.list_children(&spec.path).await {
-            Ok(children) => children,
-            Err(zookeeper_client::Error::NoNode) => {
-                warn!(node = %own.path, "the recipe path is gone, and our node with it; joining again (CURATOR-724)");
-                forget_node(shared, node);
-                return Step::Again;
+    let (children, own_stat) = match listing.take() {
+        Some(children) => (children, None),
+        None => {
+            // The listing and a look at our own node in one round trip (both are queued before
+            // either is awaited, and the server answers them in order): a successor can claim
+            // leadership one round trip after its predecessor's deletion.
+            let listed = live.client.list_children(&spec.path);
+            let stat = live.client.check_stat(&own.path);
+            let (listed, stat) = (listed.await, stat.await);
+            match listed {
+                Ok(children) => (children, stat.ok().flatten()),
+                Err(zookeeper_client::Error::NoNode) => {
+                    warn!(node = %own.path, "the recipe path is gone, and our node with it; joining again (CURATOR-724)");
+                    forget_node(shared, node);
+                    return Step::Again;
+                }
+                Err(e) => return on_error("list contenders", &e.into()),
             }
-            Err(e) => return on_error("list contenders", &e.into()),
-        },
+        }
     };
     let sorted = path::sort_contenders(&children, spec.lock_name);
     match path::standing(&sorted, &own.name) {
@@ -426,7 +434,7 @@ async fn step(
             forget_node(shared, node);
             Step::Again
         }
-        Standing::First => lead_if_owned(shared, feed, &live, &own, node).await,
+        Standing::First => lead_if_owned(shared, feed, &live, &own, own_stat, node).await,
         Standing::Behind {
             predecessor,
             position,
@@ -481,22 +489,29 @@ async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
 }
 
 /// First in line: check that the node is ours (CURATOR-696), then lead until the term ends.
+///
+/// `own_stat` is our node's stat when it was read together with the listing; the watch on our
+/// own node is then set right after the claim instead of before it.
 async fn lead_if_owned(
     shared: &Shared,
     feed: &mut StateFeed,
     live: &Live,
     own: &OwnNode,
+    own_stat: Option<zookeeper_client::Stat>,
     node: &mut Option<OwnNode>,
 ) -> Step {
     let spec = &shared.spec;
-    let (stat, watcher) = match live.client.get_and_watch_data(&own.path).await {
-        Ok((_, stat, watcher)) => (stat, watcher),
-        Err(zookeeper_client::Error::NoNode) => {
-            warn!(node = %own.path, "first in line but our node is gone; joining again");
-            forget_node(shared, node);
-            return Step::Again;
-        }
-        Err(e) => return on_error("check our node", &e.into()),
+    let (stat, watcher) = match own_stat {
+        Some(stat) => (stat, None),
+        None => match live.client.get_and_watch_data(&own.path).await {
+            Ok((_, stat, watcher)) => (stat, Some(watcher)),
+            Err(zookeeper_client::Error::NoNode) => {
+                warn!(node = %own.path, "first in line but our node is gone; joining again");
+                forget_node(shared, node);
+                return Step::Again;
+            }
+            Err(e) => return on_error("check our node", &e.into()),
+        },
     };
     if stat.ephemeral_owner != live.session_id {
         warn!(node = %own.path, owner = %hex(stat.ephemeral_owner), session_id = %hex(live.session_id),
@@ -575,9 +590,22 @@ async fn hold(
     feed: &mut StateFeed,
     live: &Live,
     own: &OwnNode,
-    watcher: OneshotWatcher,
+    watcher: Option<OneshotWatcher>,
 ) -> TermEnd {
     let policy = shared.spec.policy;
+    let watcher = match watcher {
+        Some(watcher) => watcher,
+        // Claimed on a stat read with the listing: watch our node now. Gone already means the
+        // term is over; a broken connection ends it as a suspension would.
+        None => match live.client.get_and_watch_data(&own.path).await {
+            Ok((_, stat, watcher)) if stat.ephemeral_owner == live.session_id => watcher,
+            Ok(_) | Err(zookeeper_client::Error::NoNode) => return TermEnd::NodeDeleted,
+            Err(e) => {
+                debug!(node = %own.path, error = %e, "could not watch our node after the claim");
+                return TermEnd::Suspended;
+            }
+        },
+    };
     let mut watch = Box::pin(watcher.changed());
     loop {
         let deadline = shared.session.safe_until_for(live.epoch);
