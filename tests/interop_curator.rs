@@ -20,7 +20,7 @@ use common::curator::{CuratorPeer, event_ts, parse_participants};
 use common::{children, eventually, ms, session, shared_server, within};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use zookeeper_recipes::testing::{self, FaultProxy};
+use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
     LeaderSelectorListener, Leadership, Participant, Session, participants_on,
@@ -593,9 +593,7 @@ async fn a_killed_candidate_of_either_side_is_replaced_after_its_session_expires
     // A Rust leader's link goes silent for good (the process is as good as dead): its term ends
     // on its own (suspended, at the latest at its deadline) before the server expires its session
     // and so elects the Curator candidate.
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let dying = session(&proxy.connect_string(), short).await;
     let negotiated = dying.negotiated_timeout().unwrap();
     let path = testing::unique_path("killed-rust-leader");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
 use futures::StreamExt;
 use zookeeper_client::{Acls, CreateMode};
-use zookeeper_recipes::testing::{self, FaultProxy, TestingServer};
+use zookeeper_recipes::testing::{self, TestingServer};
 use zookeeper_recipes::{
     CloseMode, ConnectionState, Error, ErrorPolicy, FencedOp, LatchEvent, LeaderLatch, Session,
     TermEnd,
@@ -419,9 +419,7 @@ async fn standard_policy_ends_the_term_on_suspension_session_expired_policy_keep
     }
     let server = shared_server().await;
     for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
-        let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-            .await
-            .unwrap();
+        let proxy = common::proxy_to(server).await;
         let s = session(&proxy.connect_string(), Duration::from_secs(8)).await;
         let path = testing::unique_path("policy");
         let latch = LeaderLatch::builder(&s, &path)
@@ -475,9 +473,7 @@ async fn session_expiry_ends_the_term_and_the_next_term_gets_a_higher_token() {
         return;
     }
     let server = shared_server().await;
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let s = session(&proxy.connect_string(), Duration::from_secs(4)).await;
     let other = session(server.connect_string(), Duration::from_secs(4)).await;
     let path = testing::unique_path("expiry");
@@ -486,12 +482,7 @@ async fn session_expiry_ends_the_term_and_the_next_term_gets_a_higher_token() {
     let first = within(BOUND, "a to lead", a.await_leadership())
         .await
         .unwrap();
-    let info = s.zookeeper_session().unwrap();
-
-    proxy.cut();
-    testing::expire_session(server.connect_string(), &info, BOUND)
-        .await
-        .unwrap();
+    common::expire_behind(server, &proxy, &s).await;
     // b takes over as soon as the server deleted a's node with its session.
     let b_term = within(
         BOUND,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
-use zookeeper_recipes::testing::{self, FaultProxy};
+use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     ErrorPolicy, FencingToken, LeaderSelector, Leadership, SelectorState, Session,
 };
@@ -407,9 +407,7 @@ async fn session_expiry_mid_term_cancels_it_and_a_later_term_has_a_higher_token(
         return;
     }
     let server = shared_server().await;
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let s = session(&proxy.connect_string(), Duration::from_secs(4)).await;
     let path = testing::unique_path("expiry-mid-term");
     let history = History::default();
@@ -423,12 +421,7 @@ async fn session_expiry_mid_term_cancels_it_and_a_later_term_has_a_higher_token(
     let first = within(BOUND, "leadership", selector.await_leadership())
         .await
         .unwrap();
-    let info = s.zookeeper_session().unwrap();
-    proxy.cut();
-    testing::expire_session(server.connect_string(), &info, BOUND)
-        .await
-        .unwrap();
-    proxy.heal();
+    common::expire_behind(server, &proxy, &s).await;
     within(
         BOUND,
         "the term to be cancelled by the expiry",

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{children, eventually, ms, session, shared_server, within, zookeeper};
-use zookeeper_recipes::testing::{self, FaultProxy};
+use zookeeper_recipes::testing;
 use zookeeper_recipes::{FencingToken, InterProcessMutex, Session};
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -208,9 +208,7 @@ async fn killing_the_holders_session_fires_its_lost_signal_and_the_next_waiter_g
         return;
     }
     let server = shared_server().await;
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let holder_session = session(&proxy.connect_string(), Duration::from_secs(4)).await;
     let other = session(server.connect_string(), Duration::from_secs(4)).await;
     let path = testing::unique_path("holder-killed");
@@ -231,12 +229,8 @@ async fn killing_the_holders_session_fires_its_lost_signal_and_the_next_waiter_g
     })
     .await;
 
-    let info = holder_session.zookeeper_session().unwrap();
     let killed = Instant::now();
-    proxy.cut();
-    testing::expire_session(server.connect_string(), &info, BOUND)
-        .await
-        .unwrap();
+    common::expire_behind(server, &proxy, &holder_session).await;
     within(BOUND, "the holder's lost signal", lost.cancelled()).await;
     let lost_after = killed.elapsed();
     assert!(!guard.is_held());

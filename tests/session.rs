@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::{
     StateRecorder, children, eventually, ms, own_server, session, shared_server, within, zookeeper,
 };
-use zookeeper_recipes::testing::{self, FaultProxy, TestingCluster};
+use zookeeper_recipes::testing::{self, TestingCluster};
 use zookeeper_recipes::{ConnectionState, Error, LeaderLatch, Session};
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -108,19 +108,13 @@ async fn expired_session_gives_lost_then_a_new_session() {
     // The session reaches the server through a proxy so that it can be kept away while a twin
     // connection takes its session over and closes it: left connected, zookeeper-client
     // reconnects at once and takes the session back before the twin can close it.
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let s = session(&proxy.connect_string(), Duration::from_secs(4)).await;
     let first = s.zookeeper_session().unwrap();
     let mut states = StateRecorder::start(&s);
 
-    proxy.cut();
     let expired = Instant::now();
-    testing::expire_session(server.connect_string(), &first, BOUND)
-        .await
-        .unwrap();
-    proxy.heal();
+    common::expire_behind(server, &proxy, &s).await;
     let (lost, lost_at) = states.expect(ConnectionState::Lost, BOUND).await;
     let (status, reconnected_at) = states.expect(ConnectionState::Reconnected, BOUND).await;
     eprintln!(
@@ -145,9 +139,7 @@ async fn blackhole_gives_suspended_and_then_lost_no_later_than_safe_until() {
         return;
     }
     let server = shared_server().await;
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let timeout = Duration::from_secs(2);
     let s = session(&proxy.connect_string(), timeout).await;
     let first_id = s.session_id().unwrap();
@@ -194,9 +186,7 @@ async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_
         return;
     }
     let server = shared_server().await;
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let s = session(&proxy.connect_string(), Duration::from_secs(8)).await;
     let observer = session(server.connect_string(), Duration::from_secs(8)).await;
     let path = testing::unique_path("cut-during-create");
@@ -268,9 +258,7 @@ async fn closing_during_a_create_leaves_no_node() {
         return;
     }
     let server = shared_server().await;
-    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
-        .await
-        .unwrap();
+    let proxy = common::proxy_to(server).await;
     let s = session(&proxy.connect_string(), Duration::from_secs(8)).await;
     let observer = session(server.connect_string(), Duration::from_secs(8)).await;
     let path = testing::unique_path("close-during-create");

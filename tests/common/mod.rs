@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio::sync::{OnceCell, mpsc};
-use zookeeper_recipes::testing::{self, TestingServer};
+use zookeeper_recipes::testing::{self, FaultProxy, TestingServer};
 use zookeeper_recipes::{ConnectionState, Session, SessionStatus};
 
 static SERVER: OnceCell<TestingServer> = OnceCell::const_new();
@@ -37,6 +37,25 @@ pub async fn own_server() -> TestingServer {
     TestingServer::start()
         .await
         .expect("a test's own ZooKeeper server did not start")
+}
+
+/// A fault proxy in front of `server`, for a session whose link a test cuts or partitions.
+pub async fn proxy_to(server: &TestingServer) -> FaultProxy {
+    FaultProxy::start(std::slice::from_ref(&server.connect_string().to_owned()))
+        .await
+        .expect("the fault proxy did not start")
+}
+
+/// Expires `session` on the server, as Curator's KillSession does, while `proxy` (its only link)
+/// is cut, then heals the link: the session learns of the expiry from the server when it
+/// reconnects. Cut first, because a connected zookeeper-client takes its session back at once.
+pub async fn expire_behind(server: &TestingServer, proxy: &FaultProxy, session: &Session) {
+    let info = session.zookeeper_session().expect("no session to expire");
+    proxy.cut();
+    testing::expire_session(server.connect_string(), &info, Duration::from_secs(20))
+        .await
+        .expect("the session was not expired");
+    proxy.heal();
 }
 
 /// Logs to the test's output when `RUST_LOG` is set.
