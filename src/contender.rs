@@ -329,7 +329,12 @@ async fn run(shared: Arc<Shared>) {
     let exit = loop {
         let step = step(&shared, &mut feed, &mut node, &mut listing).await;
         match step {
-            Step::Again => failures = 0,
+            Step::Again => {
+                failures = 0;
+                // A step that failed without I/O (a retired client) must not starve the session's
+                // task, which is about to publish why.
+                tokio::task::yield_now().await;
+            }
             Step::Backoff => {
                 failures = failures.saturating_add(1);
                 let pause = retry_backoff(failures, shared.session.connection_timeout());
@@ -748,7 +753,9 @@ async fn delete_own(shared: &Shared, node: &OwnNode) {
                 return;
             }
             Err(zookeeper_client::Error::NoNode) => return,
-            Err(zookeeper_client::Error::ConnectionLoss) => continue,
+            // Interrupted: look at the session again (reconnected, or gone with the node), once
+            // the supervisor has had the chance to publish what broke.
+            Err(e) if crate::session::is_transient(&e) => tokio::task::yield_now().await,
             Err(e) => {
                 warn!(node = %node.path, error = %e, "could not delete our node; it ends with the session");
                 return;
@@ -776,13 +783,29 @@ pub(crate) async fn participants(
     path: &str,
     lock_name: &str,
 ) -> Result<Vec<Participant>> {
+    let (live, children) = list_for_participants(session, path).await?;
+    read_participants(&live, path, &children, lock_name).await
+}
+
+/// A live session and the children of `path` (none when it does not exist).
+async fn list_for_participants(session: &Session, path: &str) -> Result<(Live, Vec<String>)> {
     let live = session.wait_live(session.connection_timeout()).await?;
     let children = match live.client.list_children(path).await {
         Ok(children) => children,
-        Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
         Err(e) => return Err(e.into()),
     };
-    let sorted = path::sort_contenders(&children, lock_name);
+    Ok((live, children))
+}
+
+/// Reads the ids of the contenders among `children`, in election order.
+async fn read_participants(
+    live: &Live,
+    path: &str,
+    children: &[String],
+    lock_name: &str,
+) -> Result<Vec<Participant>> {
+    let sorted = path::sort_contenders(children, lock_name);
     let paths: Vec<String> = sorted.iter().map(|c| path::join(path, &c.name)).collect();
     // All reads are queued before the first is awaited: one round trip in all.
     let reads: Vec<_> = paths.iter().map(|p| live.client.get_data(p)).collect();
@@ -811,19 +834,13 @@ pub(crate) async fn participants(
 /// Cancel safe: read-only.
 pub async fn participants_on(session: &Session, path: &str) -> Result<Vec<Participant>> {
     path::validate_path(path)?;
-    let live = session.wait_live(session.connection_timeout()).await?;
-    let children = match live.client.list_children(path).await {
-        Ok(children) => children,
-        Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    let latch = path::sort_contenders(&children, crate::path::LATCH_LOCK_NAME).len();
-    let lock_name = if latch > 0 {
-        crate::path::LATCH_LOCK_NAME
+    let (live, children) = list_for_participants(session, path).await?;
+    let lock_name = if path::sort_contenders(&children, path::LATCH_LOCK_NAME).is_empty() {
+        path::MUTEX_LOCK_NAME
     } else {
-        crate::path::MUTEX_LOCK_NAME
+        path::LATCH_LOCK_NAME
     };
-    participants(session, path, lock_name).await
+    read_participants(&live, path, &children, lock_name).await
 }
 
 /// The leader among `participants`, or Curator's dummy participant (empty id, not leader).
@@ -839,18 +856,28 @@ pub(crate) async fn wait_for_leadership(
     rx: &mut watch::Receiver<Option<Leadership>>,
     phase: &mut watch::Receiver<Phase>,
 ) -> Result<Leadership> {
+    wait_for_term(rx, phase, |p| matches!(p, Phase::Done | Phase::Ended)).await
+}
+
+/// Waits until `terms` holds a running term; [`Error::Closed`] once `state` satisfies `done`.
+/// Shared by every recipe's wait for leadership.
+pub(crate) async fn wait_for_term<S>(
+    terms: &mut watch::Receiver<Option<Leadership>>,
+    state: &mut watch::Receiver<S>,
+    done: impl Fn(&S) -> bool,
+) -> Result<Leadership> {
     loop {
-        if let Some(term) = rx.borrow_and_update().clone()
+        if let Some(term) = terms.borrow_and_update().clone()
             && !term.has_ended()
         {
             return Ok(term);
         }
-        if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Ended) {
+        if done(&state.borrow_and_update()) {
             return Err(Error::Closed);
         }
         tokio::select! {
-            r = rx.changed() => if r.is_err() { return Err(Error::Closed) },
-            r = phase.changed() => if r.is_err() { return Err(Error::Closed) },
+            r = terms.changed() => if r.is_err() { return Err(Error::Closed) },
+            r = state.changed() => if r.is_err() { return Err(Error::Closed) },
         }
     }
 }

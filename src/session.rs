@@ -656,6 +656,11 @@ impl Session {
         // Whether an earlier attempt may have created a node whose reply we never saw.
         let mut maybe_created = false;
         loop {
+            if maybe_created {
+                // Let the supervisor publish what broke before looking again (a retired client
+                // fails at once, without any I/O to yield on).
+                tokio::task::yield_now().await;
+            }
             let live = self.wait_live(self.connection_timeout()).await?;
             if maybe_created {
                 match self.find_protected(&live, parent, prefix).await {
@@ -683,12 +688,12 @@ impl Session {
                         let target = path::join(parent, &name);
                         match live.client.delete(&target, None).await {
                             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-                            Err(e) if is_retryable(&e) => continue,
+                            Err(e) if is_transient(&e) => continue,
                             Err(e) => return Err(e.into()),
                         }
                     }
                     Ok(None) => {}
-                    Err(e) if is_retryable(&e) => continue,
+                    Err(e) if is_transient(&e) => continue,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -714,7 +719,7 @@ impl Session {
                 Err(zookeeper_client::Error::NoNode) => {
                     self.create_parents(&live, parent).await?;
                 }
-                Err(e) if is_retryable(&e) => {
+                Err(e) if is_transient(&e) => {
                     debug!(parent, error = %e, "protected create interrupted; will look for our node");
                     maybe_created = true;
                 }
@@ -762,15 +767,35 @@ impl Session {
             .config
             .session_timeout
             .max(self.connection_timeout());
-        let Ok(live) = self.wait_live(bound).await else {
-            return;
-        };
+        let give_up = tokio::time::Instant::now() + bound;
+        // An interrupted attempt is repeated on the next connection, until the bound.
+        while let Some(left) = give_up.checked_duration_since(tokio::time::Instant::now()) {
+            let Ok(live) = self.wait_live(left).await else {
+                return;
+            };
+            match self.delete_protected_once(&live, parent, prefix).await {
+                Ok(()) => return,
+                // Let the supervisor publish what broke before looking again (a retired client
+                // fails at once, without any I/O to yield on).
+                Err(e) if is_transient(&e) => tokio::task::yield_now().await,
+                Err(e) => {
+                    warn!(parent, prefix, error = %e, "could not delete the nodes of an abandoned create");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn delete_protected_once(
+        &self,
+        live: &Live,
+        parent: &str,
+        prefix: &str,
+    ) -> std::result::Result<(), zookeeper_client::Error> {
         let children = match live.client.list_children(parent).await {
             Ok(children) => children,
-            Err(e) => {
-                debug!(parent, error = %e, "could not list for protected cleanup");
-                return;
-            }
+            Err(zookeeper_client::Error::NoNode) => return Ok(()),
+            Err(e) => return Err(e),
         };
         for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
             let target = path::join(parent, &name);
@@ -778,11 +803,10 @@ impl Session {
                 Ok(()) | Err(zookeeper_client::Error::NoNode) => {
                     debug!(node = %target, "deleted node of an abandoned create")
                 }
-                Err(e) => {
-                    warn!(node = %target, error = %e, "could not delete node of an abandoned create")
-                }
+                Err(e) => return Err(e),
             }
         }
+        Ok(())
     }
 }
 
@@ -823,10 +847,6 @@ impl Drop for OrphanGuard {
             ),
         }
     }
-}
-
-fn is_retryable(e: &zookeeper_client::Error) -> bool {
-    is_transient(e)
 }
 
 /// Whether `e` says the request's fate is unknown or the session went away, rather than that the

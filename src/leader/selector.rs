@@ -288,20 +288,7 @@ impl LeaderSelector {
     pub async fn await_leadership(&self) -> Result<Leadership> {
         let mut rx = self.shared.leadership_tx.subscribe();
         let mut state = self.shared.state_tx.subscribe();
-        loop {
-            if let Some(term) = rx.borrow_and_update().clone()
-                && !term.has_ended()
-            {
-                return Ok(term);
-            }
-            if *state.borrow_and_update() == SelectorState::Closed {
-                return Err(Error::Closed);
-            }
-            tokio::select! {
-                r = rx.changed() => if r.is_err() { return Err(Error::Closed) },
-                r = state.changed() => if r.is_err() { return Err(Error::Closed) },
-            }
-        }
+        contender::wait_for_term(&mut rx, &mut state, |s| *s == SelectorState::Closed).await
     }
 
     /// Everyone queued on this path, in order, the leader first.
