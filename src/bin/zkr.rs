@@ -133,17 +133,12 @@ enum Command {
     },
 }
 
+/// What `run` and `lock` share: who takes part, and the command they supervise.
 #[derive(Debug, Args)]
-struct RunArgs {
-    /// Election path (absolute, or a name under /election)
-    #[arg(value_parser = parse_path)]
-    path: String,
+struct SupervisedArgs {
     /// Participant id [default: HOSTNAME-PID-RANDOM]
     #[arg(long, value_parser = parse_id)]
     id: Option<String>,
-    /// Rejoin the election after each term and run CMD again the next time this leads
-    #[arg(long)]
-    requeue: bool,
     /// Time between SIGTERM and SIGKILL to CMD's process group
     #[arg(
         long,
@@ -163,6 +158,18 @@ struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+struct RunArgs {
+    /// Election path (absolute, or a name under /election)
+    #[arg(value_parser = parse_path)]
+    path: String,
+    /// Rejoin the election after each term and run CMD again the next time this leads
+    #[arg(long)]
+    requeue: bool,
+    #[command(flatten)]
+    supervised: SupervisedArgs,
+}
+
+#[derive(Debug, Args)]
 struct LockArgs {
     /// Lock path (absolute, or a name under /election)
     #[arg(value_parser = parse_path)]
@@ -170,25 +177,8 @@ struct LockArgs {
     /// Give up after this long without the lock (exit 75) [default: wait for ever]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     timeout: Option<Duration>,
-    /// Participant id [default: HOSTNAME-PID-RANDOM]
-    #[arg(long, value_parser = parse_id)]
-    id: Option<String>,
-    /// Time between SIGTERM and SIGKILL to CMD's process group
-    #[arg(
-        long,
-        value_name = "DURATION",
-        value_parser = humantime::parse_duration,
-        default_value = "5s"
-    )]
-    grace: Duration,
-    /// The command and its arguments (after `--`)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
-    command: Vec<OsString>,
+    #[command(flatten)]
+    supervised: SupervisedArgs,
 }
 
 fn parse_path(s: &str) -> Result<String, String> {
@@ -681,14 +671,14 @@ fn command_spec(argv: Vec<OsString>) -> Result<CommandSpec, Fail> {
 
 async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
-    let cmd = command_spec(args.command)?;
+    let cmd = command_spec(args.supervised.command)?;
     if let Err(e) = process::become_child_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
     let session = connect(hosts, session_timeout).await?;
     let shutdown = CancellationToken::new();
     let supervisor = SupervisedCommand::new(cmd)
-        .grace(args.grace)
+        .grace(args.supervised.grace)
         .shutdown(shutdown.clone());
 
     // The selector's closure hands each term to this task and waits until CMD's group is gone.
@@ -697,8 +687,8 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
     let (term_tx, mut term_rx) = mpsc::channel::<(Leadership, oneshot::Sender<()>)>(1);
     let mut builder = LeaderSelector::builder(&session, &args.path)
         .auto_requeue(args.requeue)
-        .grace(args.grace * 2 + Duration::from_secs(5));
-    if let Some(id) = &args.id {
+        .grace(args.supervised.grace * 2 + Duration::from_secs(5));
+    if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }
     let selector = builder
@@ -796,13 +786,13 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
 
 async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
-    let cmd = command_spec(args.command)?;
+    let cmd = command_spec(args.supervised.command)?;
     if let Err(e) = process::become_child_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
     let session = connect(hosts, session_timeout).await?;
     let mut builder = InterProcessMutex::builder(&session, &args.path);
-    if let Some(id) = &args.id {
+    if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }
     let mutex = builder.build()?;
@@ -853,7 +843,7 @@ async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<
     let term = guard.leadership().clone();
     let shutdown = CancellationToken::new();
     let supervisor = SupervisedCommand::new(cmd)
-        .grace(args.grace)
+        .grace(args.supervised.grace)
         .shutdown(shutdown.clone());
     let report = TermReport {
         out,
