@@ -546,8 +546,7 @@ async fn lead_if_owned(
         FencingToken::from_raw(stat.czxid),
         own.path.clone(),
         spec.id.clone(),
-        live.session_id,
-        live.epoch,
+        live,
         shared.session.clone(),
     );
     shared.phase_tx.send_replace(Phase::Leading);
@@ -613,13 +612,13 @@ async fn hold(
     };
     let mut watch = Box::pin(watcher.changed());
     loop {
-        let deadline = shared.session.safe_until_for(live.epoch);
+        let deadline = live.safe_until();
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return TermEnd::Closed,
             _ = shared.interrupt.cancelled() => return TermEnd::Interrupted,
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
-                if Instant::now() >= shared.session.safe_until_for(live.epoch) {
+                if Instant::now() >= live.safe_until() {
                     warn!(node = %own.path, "the term's deadline passed: the session can no longer be proven alive");
                     return TermEnd::DeadlinePassed;
                 }

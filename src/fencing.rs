@@ -30,7 +30,7 @@ use zookeeper_client::{Acls, CheckWriteError, CreateMode, MultiWriteResult};
 
 use crate::contender::TermEnd;
 use crate::error::{Error, Result};
-use crate::session::Session;
+use crate::session::{Lease, Live, Session};
 
 /// The token of a leadership term or lock hold: the creation zxid of the holder's node.
 ///
@@ -155,6 +155,8 @@ struct Term {
     epoch: u64,
     cancel: CancellationToken,
     reason: std::sync::OnceLock<TermEnd>,
+    /// The lease of the session that won the term: its deadline is the term's.
+    lease: Arc<Lease>,
     session: Session,
     started: Instant,
 }
@@ -178,12 +180,12 @@ impl PartialEq for Leadership {
 }
 
 impl Leadership {
+    /// A term won on `live` by the node at `path`.
     pub(crate) fn new(
         token: FencingToken,
         path: String,
         participant_id: String,
-        session_id: i64,
-        epoch: u64,
+        live: &Live,
         session: Session,
     ) -> Self {
         Leadership {
@@ -191,10 +193,11 @@ impl Leadership {
                 token,
                 path,
                 participant_id,
-                session_id,
-                epoch,
+                session_id: live.session_id,
+                epoch: live.epoch,
                 cancel: CancellationToken::new(),
                 reason: std::sync::OnceLock::new(),
+                lease: live.lease(),
                 session,
                 started: Instant::now(),
             }),
@@ -264,7 +267,7 @@ impl Leadership {
         if self.has_ended() {
             return Instant::now() - Duration::from_millis(1);
         }
-        self.inner.session.safe_until_for(self.inner.epoch)
+        self.inner.lease.safe_until()
     }
 
     /// Whether the term still holds right now: not ended and its deadline not passed. Needs no

@@ -311,10 +311,16 @@ impl Live {
     pub(crate) fn safe_until(&self) -> Instant {
         self.lease.safe_until()
     }
+
+    /// The lease of this session: what a term won on it keeps, to know its deadline without
+    /// looking the session up (it is marked lost when the session ends).
+    pub(crate) fn lease(&self) -> Arc<Lease> {
+        Arc::clone(&self.lease)
+    }
 }
 
 /// Tracks the send time of the last answered request of one ZooKeeper session.
-struct Lease {
+pub(crate) struct Lease {
     acked: Mutex<Instant>,
     timeout: Duration,
     margin: Duration,
@@ -353,7 +359,7 @@ impl Lease {
         lease_deadline(self.acked(), self.timeout, self.margin)
     }
 
-    fn safe_until(&self) -> Instant {
+    pub(crate) fn safe_until(&self) -> Instant {
         let deadline = self.deadline();
         if self.lost.load(Ordering::Acquire) {
             let lost_at = self.lost_at.lock().ok().and_then(|l| *l);
