@@ -11,8 +11,12 @@
 //! - set leadership false *before* watching the predecessor (CURATOR-652/653);
 //! - a predecessor already gone when the watch is set means re-list, not reset: deleting and
 //!   re-creating our node there livelocks (CURATOR-644/645);
-//! - before claiming leadership, read our own node and check that the current session owns it
-//!   (CURATOR-696: a node the server was still deleting after expiry once made two leaders);
+//! - never claim from a node of an earlier session (CURATOR-696: a node the server was still
+//!   deleting after expiry once made two leaders): every node is tagged with the session that
+//!   created it, a node of an earlier session is replaced first, and the listing that shows ours
+//!   first is answered on that same session, so no read of our own node is needed;
+//! - a leader does not watch its own node: the session's heartbeat checks it (CURATOR-724, at no
+//!   extra request), so a handover costs the leader's delete and the successor's one listing;
 //! - our node, or the whole recipe path, vanished: create the node again (CURATOR-724);
 //! - after a new session, the old node is deleted (if it still exists) and a new one created,
 //!   which gives a new, higher fencing token;
@@ -24,12 +28,11 @@ use std::time::Instant;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
-use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
 use crate::path::{self, Standing};
-use crate::session::{Live, Session, SessionStatus, hex, retry_backoff};
+use crate::session::{HeldNode, Live, Session, SessionStatus, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// A participant in an election or a lock queue, as Curator's `Participant`.
@@ -149,7 +152,11 @@ pub(crate) enum ContenderEvent {
 struct OwnNode {
     path: String,
     name: String,
+    /// The session it belongs to (it was created, or adopted after a check of its owner, on that
+    /// session's client).
     epoch: u64,
+    /// Its creation zxid: the token of any term it wins.
+    czxid: i64,
 }
 
 struct Shared {
@@ -402,6 +409,7 @@ async fn step(
                         path: created.path,
                         name: created.name,
                         epoch: created.epoch,
+                        czxid: created.czxid,
                     };
                     shared.node_tx.send_replace(Some(own.path.clone()));
                     *node = Some(own.clone());
@@ -412,17 +420,13 @@ async fn step(
             }
         }
     };
-    let (children, own_stat) = match listing.take() {
-        Some(children) => (children, None),
+    let children = match listing.take() {
+        Some(children) => children,
         None => {
-            // The listing and a look at our own node in one round trip (both are queued before
-            // either is awaited, and the server answers them in order): a successor can claim
-            // leadership one round trip after its predecessor's deletion.
-            let listed = live.client.list_children(&spec.path);
-            let stat = live.client.check_stat(&own.path);
-            let (listed, stat) = (listed.await, stat.await);
-            match listed {
-                Ok(children) => (children, stat.ok().flatten()),
+            // One request: a successor claims leadership one round trip after its predecessor's
+            // deletion, with nothing else to read (see `lead_if_owned`).
+            match live.client.list_children(&spec.path).await {
+                Ok(children) => children,
                 Err(zookeeper_client::Error::NoNode) => {
                     warn!(node = %own.path, "the recipe path is gone, and our node with it; joining again (CURATOR-724)");
                     forget_node(shared, node);
@@ -439,7 +443,7 @@ async fn step(
             forget_node(shared, node);
             Step::Again
         }
-        Standing::First => lead_if_owned(shared, feed, &live, &own, own_stat, node).await,
+        Standing::First => lead_if_owned(shared, feed, &live, &own, node).await,
         Standing::Behind {
             predecessor,
             position,
@@ -493,35 +497,27 @@ async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
     }
 }
 
-/// First in line: check that the node is ours (CURATOR-696), then lead until the term ends.
+/// First in line: lead until the term ends.
 ///
-/// `own_stat` is our node's stat when it was read together with the listing; the watch on our
-/// own node is then set right after the claim instead of before it.
+/// The node is known to be ours without reading it (CURATOR-696): it was created (or adopted
+/// after checking its owner) on the client of session `own.epoch`, `step` only gets here when
+/// that is the live session, and the listing that shows the node first was answered on that same
+/// session, so the node was alive and ours when the server answered. Its token is the czxid the
+/// create returned. Someone else deleting it later is noticed by the session's heartbeat
+/// ([`Live::hold_node`]).
 async fn lead_if_owned(
     shared: &Shared,
     feed: &mut StateFeed,
     live: &Live,
     own: &OwnNode,
-    own_stat: Option<zookeeper_client::Stat>,
     node: &mut Option<OwnNode>,
 ) -> Step {
     let spec = &shared.spec;
-    let (stat, watcher) = match own_stat {
-        Some(stat) => (stat, None),
-        None => match live.client.get_and_watch_data(&own.path).await {
-            Ok((_, stat, watcher)) => (stat, Some(watcher)),
-            Err(zookeeper_client::Error::NoNode) => {
-                warn!(node = %own.path, "first in line but our node is gone; joining again");
-                forget_node(shared, node);
-                return Step::Again;
-            }
-            Err(e) => return on_error("check our node", &e.into()),
-        },
-    };
-    if stat.ephemeral_owner != live.session_id {
-        warn!(node = %own.path, owner = %hex(stat.ephemeral_owner), session_id = %hex(live.session_id),
-            "first in line but our node belongs to another session; not claiming (CURATOR-696)");
-        forget_node(shared, node);
+    if own.epoch != live.epoch {
+        // Unreachable by construction (`step` replaces a node of an earlier session first);
+        // never claim from such a node.
+        warn!(node = %own.path, session_id = %hex(live.session_id),
+            "first in line with a node of an earlier session; not claiming (CURATOR-696)");
         return Step::Again;
     }
     if shared.stop.is_cancelled() {
@@ -542,8 +538,9 @@ async fn lead_if_owned(
     {
         return Step::Again;
     }
+    let held = live.hold_node(&own.path);
     let term = Leadership::new(
-        FencingToken::from_raw(stat.czxid),
+        FencingToken::from_raw(own.czxid),
         own.path.clone(),
         spec.id.clone(),
         live,
@@ -554,7 +551,8 @@ async fn lead_if_owned(
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
     let _ = shared.events_tx.send(ContenderEvent::Leader(term.clone()));
 
-    let end = hold(shared, feed, live, own, watcher).await;
+    let end = hold(shared, feed, live, own, &held).await;
+    drop(held);
 
     term.end(end);
     shared.leadership_tx.send_replace(None);
@@ -594,23 +592,9 @@ async fn hold(
     feed: &mut StateFeed,
     live: &Live,
     own: &OwnNode,
-    watcher: Option<OneshotWatcher>,
+    held: &HeldNode,
 ) -> TermEnd {
     let policy = shared.spec.policy;
-    let watcher = match watcher {
-        Some(watcher) => watcher,
-        // Claimed on a stat read with the listing: watch our node now. Gone already means the
-        // term is over; a broken connection ends it as a suspension would.
-        None => match live.client.get_and_watch_data(&own.path).await {
-            Ok((_, stat, watcher)) if stat.ephemeral_owner == live.session_id => watcher,
-            Ok(_) | Err(zookeeper_client::Error::NoNode) => return TermEnd::NodeDeleted,
-            Err(e) => {
-                debug!(node = %own.path, error = %e, "could not watch our node after the claim");
-                return TermEnd::Suspended;
-            }
-        },
-    };
-    let mut watch = Box::pin(watcher.changed());
     loop {
         let deadline = live.safe_until();
         tokio::select! {
@@ -640,20 +624,9 @@ async fn hold(
                     _ => {}
                 }
             }
-            event = &mut watch => {
-                debug!(node = %own.path, event = ?event.event_type, "own node event");
-                match event.event_type {
-                    EventType::NodeDeleted => return TermEnd::NodeDeleted,
-                    EventType::Session => return TermEnd::Lost,
-                    _ => {
-                        // Data changed: watch again; a vanished node ends the term.
-                        match live.client.get_and_watch_data(&own.path).await {
-                            Ok((_, _, w)) => watch = Box::pin(w.changed()),
-                            Err(zookeeper_client::Error::NoNode) => return TermEnd::NodeDeleted,
-                            Err(_) => return TermEnd::Lost,
-                        }
-                    }
-                }
+            _ = held.gone().cancelled() => {
+                warn!(node = %own.path, "our node was deleted by someone else (CURATOR-724)");
+                return TermEnd::NodeDeleted;
             }
         }
     }

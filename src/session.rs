@@ -304,6 +304,7 @@ pub(crate) struct Live {
     pub(crate) epoch: u64,
     pub(crate) session_id: i64,
     lease: Arc<Lease>,
+    held: Arc<HeldNodes>,
 }
 
 impl Live {
@@ -316,6 +317,77 @@ impl Live {
     /// looking the session up (it is marked lost when the session ends).
     pub(crate) fn lease(&self) -> Arc<Lease> {
         Arc::clone(&self.lease)
+    }
+
+    /// Has the session's heartbeat check that `path` (a node of this session) still exists and
+    /// belongs to this session, until the returned guard is dropped. Its
+    /// [`gone`](HeldNode::gone) token fires when a heartbeat finds the node deleted or owned by
+    /// another session.
+    pub(crate) fn hold_node(&self, path: &str) -> HeldNode {
+        self.held.register(path)
+    }
+}
+
+/// The nodes of the terms running on one ZooKeeper session, which its heartbeat checks.
+///
+/// A term must learn when someone else deletes its node (CURATOR-724). A watch on the node would
+/// cost a request at every claim (and a RemoveWatches at every release); the session sends a
+/// heartbeat every eighth of its timeout anyway, so the heartbeat asks about these nodes
+/// instead of about `/`. The node's deletion is then noticed within one heartbeat interval, at
+/// no cost in requests.
+#[derive(Default)]
+pub(crate) struct HeldNodes {
+    next_id: std::sync::atomic::AtomicU64,
+    nodes: Mutex<Vec<(u64, String, CancellationToken)>>,
+}
+
+impl HeldNodes {
+    fn register(self: &Arc<Self>, path: &str) -> HeldNode {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let gone = CancellationToken::new();
+        if let Ok(mut nodes) = self.nodes.lock() {
+            nodes.push((id, path.to_owned(), gone.clone()));
+        }
+        HeldNode {
+            id,
+            registry: Arc::clone(self),
+            gone,
+        }
+    }
+
+    /// The nodes to check now, with the token to fire for each.
+    fn snapshot(&self) -> Vec<(String, CancellationToken)> {
+        self.nodes
+            .lock()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|(_, path, gone)| (path.clone(), gone.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// A node checked by its session's heartbeat while this guard lives.
+pub(crate) struct HeldNode {
+    id: u64,
+    registry: Arc<HeldNodes>,
+    gone: CancellationToken,
+}
+
+impl HeldNode {
+    /// Fires when a heartbeat finds the node deleted or owned by another session.
+    pub(crate) fn gone(&self) -> &CancellationToken {
+        &self.gone
+    }
+}
+
+impl Drop for HeldNode {
+    fn drop(&mut self) {
+        if let Ok(mut nodes) = self.registry.nodes.lock() {
+            nodes.retain(|(id, _, _)| *id != self.id);
+        }
     }
 }
 
@@ -922,6 +994,7 @@ async fn supervise(shared: Arc<Shared>) {
             epoch,
             session_id,
             lease: Arc::clone(&lease),
+            held: Arc::default(),
         };
         if let Ok(mut current) = shared.current.write() {
             *current = Some(live.clone());
@@ -1008,7 +1081,7 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
                 debug!(session_id = %hex(live.session_id), zk_state = %zk, "client state changed");
                 match zk {
                     SessionState::SyncConnected => {
-                        heartbeats.push(heartbeat(client.clone()));
+                        heartbeats.push(heartbeat(live));
                         ClientSignal::Connected
                     }
                     SessionState::ConnectedReadOnly => ClientSignal::ConnectedReadOnly,
@@ -1024,7 +1097,7 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
             }
             _ = ticker.tick() => {
                 if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
-                    heartbeats.push(heartbeat(client.clone()));
+                    heartbeats.push(heartbeat(live));
                 }
                 continue;
             }
@@ -1042,12 +1115,37 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
     }
 }
 
-/// Sends one cheap request; yields its send time and whether it was answered.
-fn heartbeat(client: Client) -> Heartbeat {
+/// Sends one cheap request per node held by a term on this session (all queued at once: one
+/// round trip), or one `exists /` when no term runs; yields the send time and whether any
+/// answer came. A held node found deleted, or owned by another session, fires its `gone` token.
+fn heartbeat(live: &Live) -> Heartbeat {
     let sent = Instant::now();
+    let client = live.client.clone();
+    let session_id = live.session_id;
+    let held = live.held.snapshot();
     Box::pin(async move {
-        let ok = client.check_stat("/").await.is_ok();
-        (sent, ok)
+        if held.is_empty() {
+            return (sent, client.check_stat("/").await.is_ok());
+        }
+        let checks: Vec<_> = held
+            .iter()
+            .map(|(path, _)| client.check_stat(path))
+            .collect();
+        let mut answered = false;
+        for ((path, gone), check) in held.iter().zip(checks) {
+            match check.await {
+                Ok(Some(stat)) if stat.ephemeral_owner == session_id => answered = true,
+                Ok(stat) => {
+                    answered = true;
+                    warn!(node = %path, session_id = %hex(session_id),
+                        owner = %stat.map(|s| hex(s.ephemeral_owner)).unwrap_or_default(),
+                        "a held node is gone or no longer ours");
+                    gone.cancel();
+                }
+                Err(e) => debug!(node = %path, error = %e, "heartbeat check failed"),
+            }
+        }
+        (sent, answered)
     })
 }
 
@@ -1169,6 +1267,26 @@ mod tests {
         assert_eq!(lease.safe_until(), t0 + Duration::from_secs(13));
         lease.mark_lost();
         assert!(lease.safe_until() <= Instant::now());
+    }
+
+    #[test]
+    fn held_nodes_are_checked_only_while_their_guard_lives() {
+        let held = Arc::new(HeldNodes::default());
+        let a = held.register("/e/_c_a-latch-0000000001");
+        let b = held.register("/e/_c_b-latch-0000000002");
+        let paths = |h: &HeldNodes| h.snapshot().into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        assert_eq!(
+            paths(&held),
+            ["/e/_c_a-latch-0000000001", "/e/_c_b-latch-0000000002"]
+        );
+        // The heartbeat fires the token it was handed; the guard sees it.
+        held.snapshot()[0].1.cancel();
+        assert!(a.gone().is_cancelled());
+        assert!(!b.gone().is_cancelled());
+        drop(a);
+        assert_eq!(paths(&held), ["/e/_c_b-latch-0000000002"]);
+        drop(b);
+        assert!(held.snapshot().is_empty());
     }
 
     #[test]
