@@ -36,6 +36,38 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A singleton job is a [`LeaderSelector`]: the closure runs while this replica leads and gets
+//! the term, whose token goes with every write, so that a resource can refuse a deposed leader:
+//!
+//! ```no_run
+//! use zookeeper_recipes::{Fence, LeaderSelector, Leadership, Session};
+//!
+//! # async fn demo(session: Session, ledger: std::sync::Arc<Fence>) -> zookeeper_recipes::Result<()> {
+//! let selector = LeaderSelector::builder(&session, "/election/statement-job")
+//!     .id("replica-1")
+//!     .auto_requeue(true)
+//!     .start(move |term: Leadership| {
+//!         let ledger = ledger.clone();
+//!         async move {
+//!             let stop = term.cancelled(); // fires the moment the term ends, for any reason
+//!             while !stop.is_cancelled() && term.is_valid() {
+//!                 // The resource keeps the highest token it has seen and refuses older ones.
+//!                 ledger.admit(term.token())?;
+//!                 // ... write one batch ...
+//! #               break;
+//!             }
+//!             Ok::<(), zookeeper_recipes::StaleToken>(())
+//!         }
+//!     })
+//!     .await?;
+//! # selector.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The repository's `examples/` run the patterns against a real ZooKeeper: `demo` (a crashed and
+//! a frozen leader, the frozen one's late write fenced off), `statement_job` (fencing in SQL),
+//! `outbox_relay`, `health` (readiness by role, Prometheus metrics) and `bench`.
+//!
 //! # Curator → Rust
 //! | Curator | zookeeper-recipes |
 //! |---|---|
