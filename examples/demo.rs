@@ -620,6 +620,29 @@ mod director {
             }
         }
 
+        /// Waits for the `n`-th leadership term (from 0) to begin: its replica and token.
+        async fn term(
+            &mut self,
+            n: usize,
+            what: &str,
+        ) -> Result<(usize, FencingToken), Box<dyn Error>> {
+            self.until(what, |s| s.terms.get(n).map(|t| (t.replica, t.token)))
+                .await
+        }
+
+        /// Waits until the leader of `term` has written `count` batches in it.
+        async fn batches(
+            &mut self,
+            term: (usize, FencingToken),
+            count: usize,
+        ) -> Result<(), Box<dyn Error>> {
+            let what = format!("{count} batches from {}", self.ids[term.0]);
+            self.until(&what, |s| {
+                (s.accepted_from(term.0, term.1) >= count).then_some(())
+            })
+            .await
+        }
+
         /// Handles the events that arrive during `period`.
         async fn pump(&mut self, period: Duration) -> Result<(), Box<dyn Error>> {
             let until = tokio::time::Instant::now() + period;
@@ -825,19 +848,11 @@ mod director {
             .await?;
 
         // 1. A leader, writing.
-        let first = story
-            .until("first leader", |s| {
-                s.terms.first().map(|t| (t.replica, t.token))
-            })
-            .await?;
+        let first = story.term(0, "first leader").await?;
         story.pump(Duration::from_millis(100)).await?;
         let participants = participants_on(&observer, PATH).await?;
         story.say(format!("election order: {}", order(&participants)));
-        story
-            .until("three batches from the first leader", |s| {
-                (s.accepted_from(first.0, first.1) >= 3).then_some(())
-            })
-            .await?;
+        story.batches(first, 3).await?;
 
         // 2. Crash the leader.
         story.say(format!(
@@ -848,16 +863,8 @@ mod director {
         story.replicas[first.0].may_exit = true;
         story.fault = Some(("SIGKILL", Instant::now()));
         replicas.signal(first.0, Signal::SIGKILL)?;
-        let second = story
-            .until("successor after the crash", |s| {
-                s.terms.get(1).map(|t| (t.replica, t.token))
-            })
-            .await?;
-        story
-            .until("two batches from the second leader", |s| {
-                (s.accepted_from(second.0, second.1) >= 2).then_some(())
-            })
-            .await?;
+        let second = story.term(1, "successor after the crash").await?;
+        story.batches(second, 2).await?;
 
         // 3. Freeze the new leader between its check and its write.
         replicas.tell(second.0, "hold").await?;
@@ -875,16 +882,8 @@ mod director {
         ));
         // The go for the prepared write waits in the pipe until the replica runs again.
         replicas.tell(second.0, "send").await?;
-        let third = story
-            .until("successor after the freeze", |s| {
-                s.terms.get(2).map(|t| (t.replica, t.token))
-            })
-            .await?;
-        story
-            .until("first batch from the third leader", |s| {
-                (s.accepted_from(third.0, third.1) >= 1).then_some(())
-            })
-            .await?;
+        let third = story.term(2, "successor after the freeze").await?;
+        story.batches(third, 1).await?;
 
         // 4. Wake the frozen one: its late write meets the fence.
         story.say(format!(
