@@ -165,6 +165,9 @@ struct Shared {
     stop: CancellationToken,
     /// Ends the current term without leaving the line (`TermMode::Once`).
     interrupt: CancellationToken,
+    /// The reason the interrupted term ends with: `Interrupted`, or `Closed` when the owner is
+    /// closing and only wants its holder stopped before the node goes.
+    interrupt_reason: std::sync::OnceLock<TermEnd>,
     leadership_tx: watch::Sender<Option<Leadership>>,
     phase_tx: watch::Sender<Phase>,
     node_tx: watch::Sender<Option<String>>,
@@ -201,6 +204,7 @@ impl Contender {
             session,
             stop: CancellationToken::new(),
             interrupt: CancellationToken::new(),
+            interrupt_reason: std::sync::OnceLock::new(),
             leadership_tx,
             phase_tx,
             node_tx,
@@ -243,7 +247,11 @@ impl Contender {
 
     /// Ends the running term (its token fires) but keeps the node until [`close`](Self::close):
     /// the holder stops first, then the successor is elected.
-    pub(crate) fn interrupt(&self) {
+    ///
+    /// `reason` is what the term's [`end_reason`](Leadership::end_reason) says: `Interrupted`,
+    /// or `Closed` when the owner is closing. The first call's reason stays.
+    pub(crate) fn interrupt(&self, reason: TermEnd) {
+        let _ = self.shared.interrupt_reason.set(reason);
         self.shared.interrupt.cancel();
     }
 
@@ -568,7 +576,10 @@ async fn lead_if_owned(
             .send(ContenderEvent::NotLeader { term, reason: end });
     }
     match end {
-        TermEnd::Closed => Step::Exit(Exit::Closed),
+        // Closed by `close()` (the node goes now), or by an interrupt of a closing owner (the
+        // node stays until `close()`, like any interrupted term).
+        TermEnd::Closed if shared.stop.is_cancelled() => Step::Exit(Exit::Closed),
+        TermEnd::Closed => Step::Exit(Exit::TermOver),
         _ if spec.mode == TermMode::Once => Step::Exit(Exit::TermOver),
         TermEnd::NodeDeleted => {
             forget_node(shared, node);
@@ -600,7 +611,9 @@ async fn hold(
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return TermEnd::Closed,
-            _ = shared.interrupt.cancelled() => return TermEnd::Interrupted,
+            _ = shared.interrupt.cancelled() => {
+                return shared.interrupt_reason.get().copied().unwrap_or(TermEnd::Interrupted);
+            }
             _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
                 if Instant::now() >= live.safe_until() {
                     warn!(node = %own.path, "the term's deadline passed: the session can no longer be proven alive");

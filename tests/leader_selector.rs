@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
 use zookeeper_recipes::testing;
 use zookeeper_recipes::{
-    ErrorPolicy, FencingToken, LeaderSelector, Leadership, SelectorState, Session,
+    ErrorPolicy, FencingToken, LeaderSelector, Leadership, SelectorState, Session, TermEnd,
 };
 
 const BOUND: Duration = Duration::from_secs(20);
@@ -198,6 +198,11 @@ async fn closing_while_leader_cancels_the_closure_and_deletes_the_node() {
     assert_eq!(children(&s, &path).await.len(), 1);
     within(BOUND, "close", selector.close()).await.unwrap();
     assert!(term.has_ended());
+    assert_eq!(
+        term.end_reason(),
+        Some(TermEnd::Closed),
+        "a term ended by close() says so"
+    );
     let terms = history.terms();
     assert_eq!(terms.len(), 1, "the closure returned before close finished");
     assert!(terms[0].cancelled);

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, instrument, warn};
 
 use crate::contender::{
-    self, Contender, ContenderSpec, Participant, TermMode, wait_for_leadership,
+    self, Contender, ContenderSpec, Participant, TermEnd, TermMode, wait_for_leadership,
 };
 use crate::error::{Error, Result};
 use crate::fencing::Leadership;
@@ -258,7 +258,7 @@ impl LeaderSelector {
         if let Ok(current) = self.shared.current.lock()
             && let Some(contender) = current.as_ref()
         {
-            contender.interrupt();
+            contender.interrupt(TermEnd::Interrupted);
         }
     }
 
@@ -440,7 +440,7 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
                 && let Ok(current) = shared.current.lock()
                 && let Some(c) = current.as_ref()
             {
-                c.interrupt();
+                c.interrupt(TermEnd::Closed);
             }
             match tokio::time::timeout(shared.grace, &mut task).await {
                 Ok(r) => r,
