@@ -506,15 +506,24 @@ impl Session {
     pub fn state_changes(&self) -> impl Stream<Item = SessionStatus> + Send + 'static {
         let mut rx = self.shared.events_tx.subscribe();
         let status = self.shared.status_tx.subscribe();
+        // A change is published to the status watch first, then as an event: one that was
+        // already visible when this was called may still arrive as the first event. Published
+        // statuses always differ from the one before, so an event equal to this snapshot is that
+        // change, not a new one.
+        let mut already_seen = Some(status.borrow().clone());
         async_stream::stream! {
             loop {
                 match rx.recv().await {
                     Ok(s) => {
+                        if already_seen.take().is_some_and(|seen| seen == s) {
+                            continue;
+                        }
                         let closed = s.closed;
                         yield s;
                         if closed { break; }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
+                        already_seen = None;
                         let s = status.borrow().clone();
                         yield s;
                     }

@@ -10,6 +10,8 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures::StreamExt;
+
 use common::{
     StateRecorder, children, eventually, ms, own_server, session, shared_server, within, zookeeper,
 };
@@ -409,4 +411,27 @@ async fn bad_input_gives_typed_errors_never_a_panic() {
         Err(Error::Timeout(_))
     ));
     s.close().await.unwrap();
+}
+
+// Multi-threaded: the session's task publishes on another worker while this test subscribes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_changes_begin_after_the_state_already_visible() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    // Many times, because the old behaviour (the first Connected delivered to a stream made just
+    // after connect returned) was a race between the status watch and the event channel.
+    for _ in 0..20 {
+        let s = session(server.connect_string(), Duration::from_secs(10)).await;
+        let mut changes = Box::pin(s.state_changes());
+        s.close().await.unwrap();
+        let first = within(BOUND, "the close to be reported", changes.next())
+            .await
+            .expect("the stream ended without reporting the close");
+        assert!(
+            first.closed,
+            "the first change after subscribing must be the close, not {first:?}"
+        );
+    }
 }
