@@ -91,23 +91,46 @@ pub(crate) fn join(parent: &str, child: &str) -> String {
     format!("{parent}/{child}")
 }
 
+/// The longest participant id accepted, in bytes of UTF-8.
+///
+/// An id is the node's data, printed in every `zkr` event line and carried by every tracing
+/// event of a recipe; [`participants`](crate::LeaderLatch::participants) reads one per
+/// participant. 256 bytes holds any DNS host name (253) or Kubernetes pod name (253) with room
+/// to spare, while a `zkr` JSON line stays well under `PIPE_BUF` (4 KiB, the size up to which
+/// a write to a pipe is atomic, so lines of concurrent writers never interleave) even when every
+/// byte of the id needs escaping, and a thousand participants cost a quarter of a MiB to list.
+pub const MAX_ID_LEN: usize = 256;
+
 /// Checks a participant id: Curator stores it as the node's data, and an empty id could not be
 /// told apart from "no id".
 ///
+/// Rules: not empty, at most [`MAX_ID_LEN`] bytes of UTF-8, and no control characters (C0,
+/// DEL, C1: a newline or an escape sequence in an id would forge log lines or drive the
+/// terminal of whoever reads them).
+///
 /// # Errors
-/// [`Error::InvalidArgument`] when `id` is empty or longer than 1 MiB minus room for the name.
+/// [`Error::InvalidArgument`] when `id` breaks one of the rules.
 pub fn validate_id(id: &str) -> Result<()> {
+    let invalid = |reason: String| {
+        Err(Error::InvalidArgument {
+            what: "participant id",
+            reason,
+        })
+    };
     if id.is_empty() {
-        return Err(Error::InvalidArgument {
-            what: "participant id",
-            reason: "must not be empty".into(),
-        });
+        return invalid("must not be empty".into());
     }
-    if id.len() > 1_000_000 {
-        return Err(Error::InvalidArgument {
-            what: "participant id",
-            reason: "longer than a znode's data may be".into(),
-        });
+    if id.len() > MAX_ID_LEN {
+        return invalid(format!(
+            "is {} bytes long; at most {MAX_ID_LEN} are allowed",
+            id.len()
+        ));
+    }
+    if let Some(c) = id.chars().find(|c| c.is_control()) {
+        return invalid(format!(
+            "must not contain control characters (found {:?})",
+            c
+        ));
     }
     Ok(())
 }
@@ -117,12 +140,22 @@ pub(crate) fn protected_prefix(uuid: &uuid::Uuid) -> String {
     format!("{PROTECTED_MARKER}{}-", uuid.hyphenated())
 }
 
-/// The sequence suffix of a contender node: the digits after the last occurrence of
+/// How many digits the server appends to a sequential node's name (`%010d`).
+pub(crate) const SEQUENCE_DIGITS: usize = 10;
+
+/// The sequence suffix of a contender node: the 10 digits after the last occurrence of
 /// `lock_name`. `None` for names that are not contenders of this kind (foreign children).
+///
+/// Exactly 10 digits, as the server writes them: on such names ordering by the number is
+/// ordering by the text, which is Curator's rule, so Rust and Java contenders agree on the
+/// order of every child that either counts.
 pub(crate) fn sequence_of(name: &str, lock_name: &str) -> Option<u64> {
+    if lock_name.is_empty() {
+        return None;
+    }
     let at = name.rfind(lock_name)?;
     let digits = &name[at + lock_name.len()..];
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if digits.len() != SEQUENCE_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     digits.parse().ok()
@@ -324,9 +357,39 @@ mod tests {
     }
 
     #[test]
-    fn empty_id_is_rejected() {
-        assert!(validate_id("").is_err());
-        assert!(validate_id("replica-1").is_ok());
+    fn empty_over_long_and_control_character_ids_are_rejected() {
+        for bad in [
+            String::new(),
+            "x".repeat(MAX_ID_LEN + 1),
+            // 86 three-byte characters: 258 bytes, though only 86 characters.
+            "\u{20ac}".repeat(86),
+            "replica-1\nINFO forged log line".into(),
+            "tab\there".into(),
+            "bell\u{7}".into(),
+            "escape\u{1b}[31m".into(),
+            "del\u{7f}".into(),
+            "c1\u{85}".into(),
+            "nul\u{0}".into(),
+        ] {
+            assert!(
+                matches!(
+                    validate_id(&bad),
+                    Err(Error::InvalidArgument {
+                        what: "participant id",
+                        ..
+                    })
+                ),
+                "{bad:?} should be rejected"
+            );
+        }
+        for good in [
+            "replica-1".to_owned(),
+            "x".repeat(MAX_ID_LEN),
+            "10.0.0.12".into(),
+            "pod-7f9c/statement job \u{e9}\u{20ac}".into(),
+        ] {
+            assert!(validate_id(&good).is_ok(), "{good:?} should be accepted");
+        }
     }
 
     #[test]
@@ -362,11 +425,24 @@ mod tests {
             "latch-12a",
             "_c_abc-lock-0000000001",
             "3f2a__lock__0000000001",
+            // Not the server's 10 digits: too few, too many, a wrapped (negative) counter.
+            "latch-7",
+            "latch-00000000001",
+            "latch--2147483648",
+            "latch-0000000001 ",
         ] {
             assert_eq!(sequence_of(foreign, "latch-"), None, "{foreign}");
         }
-        // Kazoo's lock naming is foreign to Curator's `lock-` too (no digits right after).
-        assert_eq!(sequence_of("3f2a__lock__0000000001", "lock-"), None);
+        // Kazoo's lock naming is foreign to Curator's `lock-` too (no digits right after), and
+        // so are zookeeper-client's shared (`n-<seq>`) and custom (`x-<session>-<seq>`) prefixes.
+        for foreign in [
+            "3f2a__lock__0000000001",
+            "n-0000000001",
+            "x-72057594037927936-0000000001",
+        ] {
+            assert_eq!(sequence_of(foreign, "lock-"), None, "{foreign}");
+        }
+        assert_eq!(sequence_of("lock-0000000001", ""), None);
     }
 
     #[test]
@@ -467,5 +543,202 @@ mod tests {
     #[test]
     fn join_makes_a_child_path() {
         assert_eq!(join("/election/jobs", "n"), "/election/jobs/n");
+    }
+
+    /// Property tests: arbitrary input never panics, and the election order is Curator's.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Curator's rule (`StandardLockInternalsDriver.fixForSorting` and
+        /// `LockInternals.getSortedChildren`): sort *all* children, stably, by the text after the
+        /// last occurrence of the lock name (the whole name when it has none), compared as
+        /// strings.
+        fn curator_order(children: &[String], lock_name: &str) -> Vec<String> {
+            fn key<'a>(name: &'a str, lock_name: &str) -> &'a str {
+                match name.rfind(lock_name) {
+                    Some(at) => &name[at + lock_name.len()..],
+                    None => name,
+                }
+            }
+            let mut sorted = children.to_vec();
+            sorted.sort_by(|a, b| key(a, lock_name).cmp(key(b, lock_name)));
+            sorted
+        }
+
+        fn lock_name() -> impl Strategy<Value = &'static str> {
+            prop_oneof![Just(LATCH_LOCK_NAME), Just(MUTEX_LOCK_NAME)]
+        }
+
+        /// A child as some client could name it: ours or Curator's (protected or not), or a
+        /// foreign one (Kazoo, zookeeper-client's shared and custom prefixes, a short or long
+        /// suffix, garbage, names that mention the lock name in odd places).
+        fn child(sequence: u64) -> impl Strategy<Value = String> {
+            let seq = format!("{sequence:010}");
+            let uuid = any::<u128>().prop_map(|u| protected_prefix(&uuid::Uuid::from_u128(u)));
+            prop_oneof![
+                4 => (uuid, lock_name()).prop_map({
+                    let seq = seq.clone();
+                    move |(p, l)| format!("{p}{l}{seq}")
+                }),
+                2 => lock_name().prop_map({
+                    let seq = seq.clone();
+                    move |l| format!("{l}{seq}")
+                }),
+                1 => (".{0,12}", lock_name(), ".{0,12}").prop_map({
+                    let seq = seq.clone();
+                    move |(a, l, b)| format!("{a}{l}{b}{l}{seq}")
+                }),
+                1 => Just(format!("{}__lock__{seq}", &seq[..4])),
+                1 => Just(format!("n-{seq}")),
+                1 => Just(format!("x-72057594037927936-{seq}")),
+                1 => (lock_name(), 0..10usize).prop_map({
+                    let seq = seq.clone();
+                    move |(l, n)| format!("{l}{}", &seq[10 - n..])
+                }),
+                1 => lock_name().prop_map(move |l| format!("{l}{seq}0")),
+                1 => ".{0,30}",
+            ]
+        }
+
+        /// Children with distinct sequences (as the server hands them out), in listing order.
+        fn children() -> impl Strategy<Value = Vec<String>> {
+            proptest::collection::btree_set(0u64..10_000_000_000, 0..24)
+                .prop_flat_map(|seqs| {
+                    seqs.into_iter().map(child).collect::<Vec<_>>()
+                })
+                .prop_shuffle()
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_names_never_panic(name in any::<String>(), lock in any::<String>(),
+                                           own in any::<String>()) {
+                let _ = sequence_of(&name, &lock);
+                let children = vec![name.clone(), own.clone()];
+                let sorted = sort_contenders(&children, &lock);
+                let _ = standing(&sorted, &own);
+                let _ = validate_path(&name);
+                let _ = election_path(&name);
+                let _ = validate_id(&name);
+                let _ = validate_chroot(&name);
+                let _ = ConnectString::parse(&name);
+            }
+
+            #[test]
+            fn a_server_made_name_parses_back_to_its_sequence(
+                prefix in any::<String>(), lock in lock_name(), seq in 0u64..10_000_000_000,
+            ) {
+                let name = format!("{prefix}{lock}{seq:010}");
+                prop_assert_eq!(sequence_of(&name, lock), Some(seq));
+            }
+
+            #[test]
+            fn election_order_is_curators_on_every_name_we_count(
+                children in children(), lock in lock_name(),
+            ) {
+                let ours: Vec<String> =
+                    sort_contenders(&children, lock).into_iter().map(|c| c.name).collect();
+                // Curator sorts everything; we leave foreign names out (our one deliberate
+                // difference) and agree on the order of the rest.
+                let curators: Vec<String> = curator_order(&children, lock)
+                    .into_iter()
+                    .filter(|n| sequence_of(n, lock).is_some())
+                    .collect();
+                prop_assert_eq!(ours, curators);
+            }
+
+            #[test]
+            fn standing_names_the_contender_just_ahead(
+                children in children(), lock in lock_name(), pick in any::<prop::sample::Index>(),
+            ) {
+                let sorted = sort_contenders(&children, lock);
+                prop_assert!(sorted.windows(2).all(|w| w[0].sequence < w[1].sequence));
+                if sorted.is_empty() {
+                    prop_assert_eq!(standing(&sorted, "anything"), Standing::Missing);
+                } else {
+                    let i = pick.index(sorted.len());
+                    match standing(&sorted, &sorted[i].name) {
+                        Standing::First => prop_assert_eq!(i, 0),
+                        Standing::Behind { predecessor, position } => {
+                            prop_assert_eq!(position, i);
+                            prop_assert_eq!(&predecessor, &sorted[i - 1].name);
+                        }
+                        Standing::Missing => prop_assert!(false, "a listed node is missing"),
+                    }
+                }
+                // A foreign name is never anybody's standing.
+                for name in children.iter().filter(|n| sequence_of(n, lock).is_none()) {
+                    prop_assert_eq!(standing(&sorted, name), Standing::Missing);
+                }
+            }
+
+            #[test]
+            fn protected_prefixes_have_curators_shape_and_never_claim_each_others_nodes(
+                a in any::<u128>(), b in any::<u128>(), lock in lock_name(),
+                seq in 0u64..10_000_000_000,
+            ) {
+                let pa = protected_prefix(&uuid::Uuid::from_u128(a));
+                prop_assert_eq!(pa.len(), PROTECTED_PREFIX_LEN);
+                prop_assert!(pa.starts_with(PROTECTED_MARKER) && pa.ends_with('-'));
+                let name = format!("{pa}{lock}{seq:010}");
+                prop_assert_eq!(sequence_of(&name, lock), Some(seq));
+                if a != b {
+                    // Adoption after a lost create reply looks for children starting with the
+                    // prefix: another series' node must never match.
+                    prop_assert!(!name.starts_with(&protected_prefix(&uuid::Uuid::from_u128(b))));
+                }
+            }
+
+            #[test]
+            fn valid_paths_are_accepted_and_broken_ones_rejected(
+                segments in proptest::collection::vec("[a-zA-Z0-9_.-]{1,12}", 1..6),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                prop_assume!(segments.iter().all(|s| s != "." && s != ".."));
+                prop_assume!(segments[0] != "zookeeper");
+                let path = format!("/{}", segments.join("/"));
+                prop_assert!(validate_path(&path).is_ok(), "{path:?}");
+                prop_assert_eq!(election_path(&path).ok(), Some(path.clone()));
+                let trailing = format!("{path}/");
+                prop_assert!(validate_path(&trailing).is_err());
+                prop_assert!(validate_path(&path[1..]).is_err());
+                let at = 1 + cut.index(path.len() - 1);
+                if path.as_bytes()[at] == b'/' || path.as_bytes()[at - 1] == b'/' {
+                    let mut doubled = path.clone();
+                    doubled.insert(at, '/');
+                    prop_assert!(validate_path(&doubled).is_err(), "{doubled:?}");
+                }
+                let reserved = format!("/zookeeper{path}");
+                prop_assert!(validate_path(&reserved).is_err());
+            }
+
+            #[test]
+            fn connect_strings_round_trip(
+                hosts in proptest::collection::vec(
+                    ("[a-z][a-z0-9.-]{0,15}", proptest::option::of(1u16..=65535)), 1..5),
+                chroot in proptest::option::of(
+                    proptest::collection::vec("[a-y0-9_]{1,8}", 1..4)),
+            ) {
+                let entries: Vec<String> = hosts
+                    .iter()
+                    .map(|(h, p)| p.map_or_else(|| h.clone(), |p| format!("{h}:{p}")))
+                    .collect();
+                let chroot = chroot.map(|segs| format!("/{}", segs.join("/")));
+                let text = format!("{}{}", entries.join(","), chroot.as_deref().unwrap_or(""));
+                let parsed = ConnectString::parse(&text);
+                prop_assert!(parsed.is_ok(), "{text:?}: {parsed:?}");
+                let parsed = parsed.unwrap();
+                prop_assert_eq!(&parsed.hosts, &entries);
+                prop_assert_eq!(parsed.hosts_joined(), entries.join(","));
+                prop_assert_eq!(parsed.chroot, chroot);
+            }
+
+            #[test]
+            fn ids_follow_the_rules(id in any::<String>()) {
+                let ok = !id.is_empty() && id.len() <= MAX_ID_LEN && !id.chars().any(char::is_control);
+                prop_assert_eq!(validate_id(&id).is_ok(), ok, "{:?}", id);
+            }
+        }
     }
 }
