@@ -20,7 +20,10 @@
 //! - our node, or the whole recipe path, vanished: create the node again (CURATOR-724);
 //! - after a new session, the old node is deleted (if it still exists) and a new one created,
 //!   which gives a new, higher fencing token;
-//! - close and drop delete the node, also while its create is in flight (CURATOR-18).
+//! - close and drop delete the node, also while its create is in flight (CURATOR-18);
+//! - a request the server refuses for a reason that waiting does not change (no permission, an
+//!   ephemeral election path, an ACL it rejects) stops the contender with
+//!   [`Error::Refused`], which every wait of its recipe returns; other errors are retried.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -29,6 +32,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
 use crate::path::{self, Standing};
@@ -73,6 +77,8 @@ pub(crate) struct ContenderSpec {
     pub(crate) lock_name: &'static str,
     pub(crate) id: String,
     pub(crate) data: Vec<u8>,
+    /// The ACL of the node and of the parents it creates.
+    pub(crate) acl: NodeAcl,
     pub(crate) policy: ErrorPolicy,
     pub(crate) mode: TermMode,
     /// `latch`, `selector`, `mutex`: for logs.
@@ -145,6 +151,8 @@ pub(crate) enum ContenderEvent {
     NotLeader { term: Leadership, reason: TermEnd },
     /// The session's connection state changed.
     State(ConnectionState),
+    /// The server refused a request for good; the contender has stopped (its last event).
+    Failed(Error),
 }
 
 /// Our own node.
@@ -173,6 +181,8 @@ struct Shared {
     node_tx: watch::Sender<Option<String>>,
     events_tx: broadcast::Sender<ContenderEvent>,
     notify_on_close: std::sync::atomic::AtomicBool,
+    /// Why the contender stopped by itself, set before its phase turns `Done`.
+    failure: std::sync::OnceLock<Error>,
 }
 
 /// A running contender. Dropping it stops it; its task then deletes the node in the background.
@@ -210,6 +220,7 @@ impl Contender {
             node_tx,
             events_tx,
             notify_on_close: std::sync::atomic::AtomicBool::new(notify_on_close),
+            failure: std::sync::OnceLock::new(),
         });
         let span = info_span!(parent: None, "contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
         let task = runtime.spawn(run(Arc::clone(&shared)).instrument(span));
@@ -257,6 +268,28 @@ impl Contender {
 
     pub(crate) fn is_stopped(&self) -> bool {
         self.shared.stop.is_cancelled()
+    }
+
+    /// Why the contender stopped by itself ([`Error::Refused`]), if it did.
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.shared.failure.get().cloned()
+    }
+
+    /// What a wait on a finished contender returns: its failure, or [`Error::Closed`].
+    pub(crate) fn end_error(&self) -> Error {
+        self.failure().unwrap_or(Error::Closed)
+    }
+
+    /// Waits until a term is running; once the contender is done (closed, its one term over, or
+    /// stopped by a refusal), [`end_error`](Self::end_error).
+    pub(crate) async fn await_term(&self) -> Result<Leadership> {
+        let mut terms = self.leadership();
+        let mut phase = self.phase();
+        wait_for_term(&mut terms, &mut phase, |p| {
+            matches!(p, Phase::Done | Phase::Ended)
+        })
+        .await
+        .map_err(|_| self.end_error())
     }
 
     /// Stops the contender: ends a running term, deletes the node, and waits for that (at most
@@ -325,6 +358,8 @@ impl StateFeed {
 enum Exit {
     Closed,
     TermOver,
+    /// The server refused a request for good ([`Error::Refused`]).
+    Failed(Error),
 }
 
 /// What to do after a step of the loop.
@@ -365,6 +400,12 @@ async fn run(shared: Arc<Shared>) {
         shared.phase_tx.send_replace(Phase::Ended);
         shared.stop.cancelled().await;
     }
+    if let Exit::Failed(err) = &exit {
+        error!(error = %err, session_id = %shared.session.session_id().map(hex).unwrap_or_default(),
+            "the server refuses this contender's requests; it stops (fix the cause and start a new one)");
+        let _ = shared.failure.set(err.clone());
+        let _ = shared.events_tx.send(ContenderEvent::Failed(err.clone()));
+    }
     shared.phase_tx.send_replace(Phase::Done);
     if let Some(node) = node.take() {
         delete_own(&shared, &node).await;
@@ -373,6 +414,7 @@ async fn run(shared: Arc<Shared>) {
     match exit {
         Exit::Closed => debug!("contender closed"),
         Exit::TermOver => debug!("contender's term is over"),
+        Exit::Failed(_) => debug!("contender stopped after a refusal"),
     }
 }
 
@@ -406,7 +448,14 @@ async fn step(
             shared.phase_tx.send_replace(Phase::Joining);
             match shared
                 .session
-                .create_protected(&spec.path, spec.lock_name, &spec.data, true, &shared.stop)
+                .create_protected(
+                    &spec.path,
+                    spec.lock_name,
+                    &spec.data,
+                    &spec.acl,
+                    true,
+                    &shared.stop,
+                )
                 .await
             {
                 Ok(created) => {
@@ -424,7 +473,7 @@ async fn step(
                     own
                 }
                 Err(Error::Closed) => return Step::Exit(Exit::Closed),
-                Err(e) => return on_error("create our node", &e),
+                Err(e) => return on_error("create a node under", &spec.path, e),
             }
         }
     };
@@ -440,7 +489,7 @@ async fn step(
                     forget_node(shared, node);
                     return Step::Again;
                 }
-                Err(e) => return on_error("list contenders", &e.into()),
+                Err(e) => return on_error("list the children of", &spec.path, e.into()),
             }
         }
     };
@@ -464,18 +513,28 @@ fn forget_node(shared: &Shared, node: &mut Option<OwnNode>) {
     shared.node_tx.send_replace(None);
 }
 
-fn on_error(what: &str, e: &Error) -> Step {
+/// What to do after a failed request: start over when it was interrupted, stop for good when the
+/// server refused it for a reason that waiting does not change, otherwise back off and retry.
+fn on_error(operation: &'static str, path: &str, e: Error) -> Step {
     match e {
         Error::ConnectionLoss | Error::SessionExpired | Error::Timeout(_) | Error::Closed => {
-            debug!(error = %e, "{what}: interrupted; starting over");
+            debug!(error = %e, path, "{operation}: interrupted; starting over");
             Step::Again
         }
-        Error::Zookeeper(zk) if crate::session::is_transient(zk) => {
-            debug!(error = %e, "{what}: interrupted; starting over");
+        Error::Zookeeper(zk) if crate::session::is_transient(&zk) => {
+            debug!(error = %zk, path, "{operation}: interrupted; starting over");
             Step::Again
         }
+        Error::Zookeeper(zk) if crate::error::is_refusal(&zk) => {
+            Step::Exit(Exit::Failed(Error::Refused {
+                operation,
+                path: path.to_owned(),
+                source: zk,
+            }))
+        }
+        refused @ Error::Refused { .. } => Step::Exit(Exit::Failed(refused)),
         other => {
-            error!(error = %other, "{what} failed");
+            error!(error = %other, path, "{operation} failed; retrying");
             Step::Backoff
         }
     }
@@ -551,6 +610,7 @@ async fn lead_if_owned(
         FencingToken::from_raw(own.czxid),
         own.path.clone(),
         spec.id.clone(),
+        spec.acl.clone(),
         live,
         shared.session.clone(),
     );
@@ -686,7 +746,7 @@ async fn wait_behind(
             debug!(predecessor = %predecessor_path, "predecessor already gone; listing again");
             return Step::Again;
         }
-        Err(e) => return on_error("watch the predecessor", &e.into()),
+        Err(e) => return on_error("watch", &predecessor_path, e.into()),
     };
     debug!(node = %own.path, predecessor = %predecessor_path, position, "waiting behind predecessor");
     let mut watch = Box::pin(watcher.changed());
@@ -834,14 +894,6 @@ pub fn leader_of(participants: Vec<Participant>) -> Participant {
         .into_iter()
         .find(|p| p.is_leader)
         .unwrap_or_else(Participant::none)
-}
-
-/// Waits until a term is running; [`Error::Closed`] once the contender is done.
-pub(crate) async fn wait_for_leadership(
-    rx: &mut watch::Receiver<Option<Leadership>>,
-    phase: &mut watch::Receiver<Phase>,
-) -> Result<Leadership> {
-    wait_for_term(rx, phase, |p| matches!(p, Phase::Done | Phase::Ended)).await
 }
 
 /// Waits until `terms` holds a running term; [`Error::Closed`] once `state` satisfies `done`.

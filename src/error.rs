@@ -71,6 +71,35 @@ pub enum Error {
     #[error("no tokio runtime: sessions and recipes must be started inside a tokio runtime")]
     NoRuntime,
 
+    /// ZooKeeper refused a recipe's request for a reason that waiting does not change: the
+    /// session lacks the permission (`source` is `NoAuth`: the path's ACL, or credentials missing
+    /// from the session), the election path is an ephemeral node, which cannot have children
+    /// (`NoChildrenForEphemerals`), or the server rejects the node ACL (`InvalidAcl`: for example
+    /// a creator ACL on a session without credentials). The recipe has stopped and deleted its
+    /// node, if it had one; fix the cause, then start a new one.
+    #[error("ZooKeeper refused to {operation} {path:?}: {source}")]
+    Refused {
+        /// What the recipe asked for.
+        operation: &'static str,
+        /// The path it asked about.
+        path: String,
+        /// The server's answer.
+        #[source]
+        source: zookeeper_client::Error,
+    },
+
+    /// A request would exceed the largest packet the server accepts (its `jute.maxbuffer`, see
+    /// [`SessionBuilder::jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)). It was not
+    /// sent: the server would have closed the connection, suspending the session and every term
+    /// on it. Split the write.
+    #[error("request of {size} bytes exceeds the server's limit of {limit} bytes (jute.maxbuffer)")]
+    RequestTooLarge {
+        /// The request's size as it would be sent, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+
     /// Any other error reported by ZooKeeper or the client.
     #[error("ZooKeeper error: {0}")]
     Zookeeper(#[source] zookeeper_client::Error),
@@ -88,6 +117,21 @@ impl From<zookeeper_client::Error> for Error {
             other => Error::Zookeeper(other),
         }
     }
+}
+
+/// Whether the server refused a request for a reason that retrying does not change (see
+/// [`Error::Refused`]). Quota, throttling and read-only refusals are left out: they pass.
+pub(crate) fn is_refusal(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as Zk;
+    matches!(
+        e,
+        Zk::NoAuth
+            | Zk::NoChildrenForEphemerals
+            | Zk::InvalidAcl
+            | Zk::BadArguments(_)
+            | Zk::Unimplemented
+            | Zk::MarshallingError
+    )
 }
 
 /// The crate's result type.
@@ -111,6 +155,25 @@ mod tests {
             Error::from(zookeeper_client::Error::NoNode),
             Error::Zookeeper(zookeeper_client::Error::NoNode)
         ));
+    }
+
+    #[test]
+    fn refusals_are_told_apart_from_what_passes() {
+        use zookeeper_client::Error as Zk;
+        for refused in [Zk::NoAuth, Zk::NoChildrenForEphemerals, Zk::InvalidAcl] {
+            assert!(is_refusal(&refused), "{refused}");
+        }
+        for passes in [
+            Zk::ConnectionLoss,
+            Zk::SessionExpired,
+            Zk::NoNode,
+            Zk::NodeExists,
+            Zk::QuotaExceeded,
+            Zk::Throttled,
+            Zk::NotReadOnly,
+        ] {
+            assert!(!is_refusal(&passes), "{passes}");
+        }
     }
 
     #[test]

@@ -26,8 +26,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use zookeeper_client::{Acls, CheckWriteError, CreateMode, MultiWriteResult};
+use zookeeper_client::{CheckWriteError, CreateMode, MultiWriteResult};
 
+use crate::acl::{Acl, NodeAcl};
 use crate::contender::TermEnd;
 use crate::error::{Error, Result};
 use crate::session::{Lease, Live, Session};
@@ -151,6 +152,8 @@ struct Term {
     token: FencingToken,
     path: String,
     participant_id: String,
+    /// The recipe's node ACL, for the nodes fenced writes create.
+    acl: NodeAcl,
     session_id: i64,
     epoch: u64,
     cancel: CancellationToken,
@@ -185,6 +188,7 @@ impl Leadership {
         token: FencingToken,
         path: String,
         participant_id: String,
+        acl: NodeAcl,
         live: &Live,
         session: Session,
     ) -> Self {
@@ -193,6 +197,7 @@ impl Leadership {
                 token,
                 path,
                 participant_id,
+                acl,
                 session_id: live.session_id,
                 epoch: live.epoch,
                 cancel: CancellationToken::new(),
@@ -277,7 +282,13 @@ impl Leadership {
     }
 
     /// Runs `ops` as one ZooKeeper multi that first checks that the leader's node still exists,
-    /// so a deposed leader's write fails instead of landing.
+    /// so a deposed leader's write fails instead of landing. Nodes it creates get the recipe's
+    /// node ACL ([`NodeAcl`], default: anyone may do anything).
+    ///
+    /// A request bigger than the server accepts (its `jute.maxbuffer`,
+    /// [`SessionBuilder::jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)) is refused
+    /// here, before it is sent: the server would close the connection, which suspends the
+    /// session and, under the Standard policy, ends this very term.
     ///
     /// # Examples
     /// ```no_run
@@ -291,6 +302,8 @@ impl Leadership {
     /// # Errors
     /// [`Error::NotLeader`] when the term has ended, its deadline has passed, the session changed,
     /// or the node no longer exists on the server (nothing was written in all these cases).
+    /// [`Error::RequestTooLarge`] when the request would exceed the server's limit (nothing was
+    /// sent; the term goes on).
     /// [`Error::ConnectionLoss`] when the reply was lost: the write may or may not have been
     /// applied. Other ZooKeeper errors for the operations themselves.
     ///
@@ -319,8 +332,13 @@ impl Leadership {
                 reason: "the session that won the term is gone",
             })?;
         let ops: Vec<FencedOp> = ops.into_iter().collect();
+        let (limit, chroot) = self.inner.session.request_limits();
+        let size = fenced_request_size(chroot, &self.inner.path, &ops, self.inner.acl.entries());
+        if size > limit {
+            return Err(Error::RequestTooLarge { size, limit });
+        }
         let mut writer = live.client.new_check_writer(&self.inner.path, None)?;
-        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let persistent = CreateMode::Persistent.with_acls(self.inner.acl.as_acls());
         for op in &ops {
             match op {
                 FencedOp::Create { path, data } => writer.add_create(path, data, &persistent)?,
@@ -345,6 +363,40 @@ impl Leadership {
             Err(CheckWriteError::OperationFailed { source, .. }) => Err(source.into()),
         }
     }
+}
+
+/// The size in bytes of the multi request [`Leadership::fenced`] sends, as the server measures it
+/// against `jute.maxbuffer` (everything after the 4-byte length prefix), in jute's encoding:
+/// the request header, the check of the leader's node, each operation behind a multi header,
+/// and the closing multi header. Every path goes out with the chroot in front.
+fn fenced_request_size(chroot: usize, leader_node: &str, ops: &[FencedOp], acl: &[Acl]) -> usize {
+    const INT: usize = 4;
+    const REQUEST_HEADER: usize = INT + INT; // xid, op code
+    const MULTI_HEADER: usize = INT + 1 + INT; // op code, done, error
+    let path = |p: &str| INT + chroot + p.len();
+    let buffer = |b: &[u8]| INT + b.len();
+    let acl_size: usize = INT
+        + acl
+            .iter()
+            .map(|a| INT + INT + a.scheme().len() + INT + a.id().len())
+            .sum::<usize>();
+    let op_size = |op: &FencedOp| match op {
+        // path, data, ACL vector, flags
+        FencedOp::Create { path: p, data } => path(p) + buffer(data) + acl_size + INT,
+        // path, data, version
+        FencedOp::SetData { path: p, data, .. } => path(p) + buffer(data) + INT,
+        // path, version
+        FencedOp::Delete { path: p, .. } | FencedOp::Check { path: p, .. } => path(p) + INT,
+    };
+    REQUEST_HEADER
+        + MULTI_HEADER
+        + path(leader_node)
+        + INT
+        + ops
+            .iter()
+            .map(|op| MULTI_HEADER + op_size(op))
+            .sum::<usize>()
+        + MULTI_HEADER
 }
 
 /// One operation of a fenced write ([`Leadership::fenced`]).
@@ -474,6 +526,30 @@ mod tests {
         let err = fence.admit(FencingToken::from_raw(10)).unwrap_err();
         assert_eq!(err.highest, FencingToken::from_raw(11));
         assert_eq!(fence.highest(), Some(FencingToken::from_raw(11)));
+    }
+
+    #[test]
+    fn fenced_request_size_counts_jutes_encoding() {
+        let acl = NodeAcl::anyone_all();
+        // header 8 + check (9 + 4 + 2 + 4) + closing header 9
+        assert_eq!(fenced_request_size(0, "/l", &[], acl.entries()), 36);
+        // + set data: 9 + (4 + 2) + (4 + 3) + 4
+        let set = [FencedOp::set_data("/d", b"abc")];
+        assert_eq!(fenced_request_size(0, "/l", &set, acl.entries()), 36 + 26);
+        // A chroot goes in front of both paths.
+        assert_eq!(
+            fenced_request_size(4, "/l", &set, acl.entries()),
+            36 + 26 + 8
+        );
+        // + create: 9 + (4 + 2) + (4 + 1) + ACL (4 + 4 + 4 + "world" + 4 + "anyone") + flags 4
+        let create = [FencedOp::create("/c", b"x".to_vec())];
+        assert_eq!(
+            fenced_request_size(0, "/l", &create, acl.entries()),
+            36 + 9 + 6 + 5 + (4 + 4 + 9 + 10) + 4
+        );
+        // delete and check: 9 + (4 + 2) + 4 each
+        let small = [FencedOp::delete("/x"), FencedOp::exists("/y")];
+        assert_eq!(fenced_request_size(0, "/l", &small, acl.entries()), 36 + 38);
     }
 
     #[test]

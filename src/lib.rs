@@ -85,6 +85,7 @@
 //! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] token |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
 //! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
+//! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`] |
 //! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | `testing` module (feature `testing`) |
 //!
 //! # Crate features
@@ -99,6 +100,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod acl;
 pub mod contender;
 pub mod error;
 pub mod fencing;
@@ -113,6 +115,7 @@ pub mod state;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+pub use acl::NodeAcl;
 pub use contender::{Participant, TermEnd, leader_of, participants_on};
 pub use error::{Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};

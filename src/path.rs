@@ -604,9 +604,7 @@ mod tests {
         /// Children with distinct sequences (as the server hands them out), in listing order.
         fn children() -> impl Strategy<Value = Vec<String>> {
             proptest::collection::btree_set(0u64..10_000_000_000, 0..24)
-                .prop_flat_map(|seqs| {
-                    seqs.into_iter().map(child).collect::<Vec<_>>()
-                })
+                .prop_flat_map(|seqs| seqs.into_iter().map(child).collect::<Vec<_>>())
                 .prop_shuffle()
         }
 

@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use zookeeper_client::{Acls, Client, CreateMode, SessionInfo, SessionState};
 
+use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
 use crate::path::{self, ConnectString};
 use crate::state::{ClientSignal, ConnectionState, next_state};
@@ -51,6 +52,8 @@ use crate::state::{ClientSignal, ConnectionState, next_state};
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Curator's default connection timeout.
 pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
+/// ZooKeeper's default `jute.maxbuffer`: the largest request packet, in bytes, a server accepts.
+pub const DEFAULT_JUTE_MAX_BUFFER: usize = 0xfffff;
 
 /// How often, as a fraction of the negotiated timeout, the session proves itself alive.
 const HEARTBEATS_PER_TIMEOUT: u32 = 8;
@@ -82,6 +85,7 @@ pub struct SessionBuilder {
     digest: Option<(String, String)>,
     read_only: bool,
     lease_margin: Option<Duration>,
+    jute_max_buffer: usize,
 }
 
 impl SessionBuilder {
@@ -124,6 +128,17 @@ impl SessionBuilder {
         self
     }
 
+    /// The largest request the servers accept, in bytes: their `jute.maxbuffer` (default
+    /// [`DEFAULT_JUTE_MAX_BUFFER`], 1 MiB - 1). A server closes the *connection* of a client that
+    /// sends a bigger packet, which suspends the session and, under the Standard policy, ends
+    /// every term on it; so a fenced write ([`Leadership::fenced`](crate::Leadership::fenced))
+    /// bigger than this is refused before it is sent ([`Error::RequestTooLarge`]). Set it to the
+    /// servers' value if they run with a larger one.
+    pub fn jute_max_buffer(mut self, bytes: usize) -> Self {
+        self.jute_max_buffer = bytes;
+        self
+    }
+
     fn validate(self) -> Result<Config> {
         let parsed = ConnectString::parse(&self.connect)?;
         let chroot = match (parsed.chroot.clone(), self.chroot) {
@@ -160,6 +175,12 @@ impl SessionBuilder {
                 reason: "must be non-empty and must not contain ':'".into(),
             });
         }
+        if self.jute_max_buffer == 0 {
+            return Err(Error::InvalidArgument {
+                what: "jute.maxbuffer",
+                reason: "must be greater than zero".into(),
+            });
+        }
         Ok(Config {
             hosts: parsed.hosts_joined(),
             chroot,
@@ -168,6 +189,7 @@ impl SessionBuilder {
             digest: self.digest,
             read_only: self.read_only,
             lease_margin: self.lease_margin,
+            jute_max_buffer: self.jute_max_buffer,
         })
     }
 
@@ -229,6 +251,7 @@ struct Config {
     digest: Option<(String, String)>,
     read_only: bool,
     lease_margin: Option<Duration>,
+    jute_max_buffer: usize,
 }
 
 /// A snapshot of the session, as published on every change.
@@ -481,6 +504,7 @@ impl Session {
             digest: None,
             read_only: false,
             lease_margin: None,
+            jute_max_buffer: DEFAULT_JUTE_MAX_BUFFER,
         }
     }
 
@@ -675,8 +699,21 @@ impl Session {
         self.shared.config.connection_timeout
     }
 
+    /// Whether the session authenticates (so that creator ACLs can be used).
+    pub(crate) fn has_credentials(&self) -> bool {
+        self.shared.config.digest.is_some()
+    }
+
+    /// The largest request the servers accept, and the length of the chroot every path sent
+    /// is prefixed with: what a request's size on the wire depends on.
+    pub(crate) fn request_limits(&self) -> (usize, usize) {
+        let chroot = self.shared.config.chroot.as_deref().map_or(0, str::len);
+        (self.shared.config.jute_max_buffer, chroot)
+    }
+
     /// Creates an ephemeral-sequential node `<parent>/_c_<uuid>-<lock_name><seq>` with `data`,
-    /// Curator's protected create, creating missing parents as containers.
+    /// Curator's protected create, creating missing parents as containers; the node and the
+    /// parents get `acl`.
     ///
     /// When `list` is set, the parent's children are listed in the same round trip (the request is
     /// queued right behind the create), so the listing already contains the new node.
@@ -700,6 +737,7 @@ impl Session {
         parent: &str,
         lock_name: &str,
         data: &[u8],
+        acl: &NodeAcl,
         list: bool,
         cancel: &CancellationToken,
     ) -> Result<CreatedNode> {
@@ -713,7 +751,7 @@ impl Session {
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => Err(Error::Closed),
-            r = self.create_protected_attempts(parent, lock_name, &prefix, data, list) => r,
+            r = self.create_protected_attempts(parent, lock_name, &prefix, data, acl, list) => r,
         };
         match result {
             Ok(node) => {
@@ -736,10 +774,11 @@ impl Session {
         lock_name: &str,
         prefix: &str,
         data: &[u8],
+        acl: &NodeAcl,
         list: bool,
     ) -> Result<CreatedNode> {
         let node_prefix = path::join(parent, &format!("{prefix}{lock_name}"));
-        let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let ephemeral = CreateMode::EphemeralSequential.with_acls(acl.as_acls());
         // Whether an earlier attempt may have created a node whose reply we never saw.
         let mut maybe_created = false;
         loop {
@@ -804,7 +843,7 @@ impl Session {
                     });
                 }
                 Err(zookeeper_client::Error::NoNode) => {
-                    self.create_parents(&live, parent).await?;
+                    self.create_parents(&live, parent, acl).await?;
                 }
                 Err(e) if is_transient(&e) => {
                     debug!(parent, error = %e, "protected create interrupted; will look for our node");
@@ -815,10 +854,15 @@ impl Session {
         }
     }
 
-    /// Creates `path` and its missing ancestors as container nodes (Curator's
-    /// `creatingParentContainersIfNeeded`).
-    pub(crate) async fn create_parents(&self, live: &Live, path: &str) -> Result<()> {
-        let container = CreateMode::Container.with_acls(Acls::anyone_all());
+    /// Creates `path` and its missing ancestors as container nodes with `acl` (Curator's
+    /// `creatingParentContainersIfNeeded`, which gives parents the ACL provider's ACL too).
+    pub(crate) async fn create_parents(
+        &self,
+        live: &Live,
+        path: &str,
+        acl: &NodeAcl,
+    ) -> Result<()> {
+        let container = CreateMode::Container.with_acls(acl.as_acls());
         match live.client.mkdir(path, &container).await {
             Ok(()) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
             Err(e) => Err(e.into()),

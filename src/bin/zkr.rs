@@ -433,7 +433,10 @@ async fn latch(
                     }
                 }
                 None => {
-                    failure = Some(Fail("the latch stopped unexpectedly".into()));
+                    failure = Some(match latch.failure() {
+                        Some(e) => Fail(format!("the latch stopped: {e}")),
+                        None => Fail("the latch stopped unexpectedly".into()),
+                    });
                     break;
                 }
             },
@@ -721,7 +724,10 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
             next = term_rx.recv() => match next {
                 Some(next) => next,
                 None => {
-                    failure = Some(Fail("the leader selector stopped unexpectedly".into()));
+                    failure = Some(match selector.failure() {
+                        Some(e) => Fail(format!("the leader selector stopped: {e}")),
+                        None => Fail("the leader selector stopped unexpectedly".into()),
+                    });
                     break;
                 }
             },
@@ -758,7 +764,12 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
                     // node of the term that just ended.
                     let mut state = selector.watch_state();
                     let _ = state
-                        .wait_for(|s| matches!(s, SelectorState::Idle | SelectorState::Closed))
+                        .wait_for(|s| {
+                            matches!(
+                                s,
+                                SelectorState::Idle | SelectorState::Closed | SelectorState::Failed
+                            )
+                        })
                         .await;
                     selector.requeue();
                 }

@@ -6,6 +6,7 @@ use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tracing::instrument;
 
+use crate::acl::NodeAcl;
 use crate::contender::{
     self, Contender, ContenderEvent, ContenderSpec, Participant, Phase, TermEnd, TermMode,
 };
@@ -46,6 +47,9 @@ pub enum LatchEvent {
     },
     /// The session's connection state changed.
     State(ConnectionState),
+    /// The server refused the latch's requests for good ([`Error::Refused`]): the latch has
+    /// stopped. The last event.
+    Failed(Error),
 }
 
 /// Builds and starts a [`LeaderLatch`].
@@ -57,6 +61,7 @@ pub struct LeaderLatchBuilder {
     id: Option<String>,
     close_mode: CloseMode,
     policy: ErrorPolicy,
+    acl: NodeAcl,
 }
 
 impl LeaderLatchBuilder {
@@ -79,6 +84,15 @@ impl LeaderLatchBuilder {
         self
     }
 
+    /// The ACL of the nodes this latch creates: its own node, the election path and its missing
+    /// ancestors (as containers), and the nodes its terms' fenced writes create. Default:
+    /// [`NodeAcl::anyone_all`], as Curator. An existing election path keeps its own ACL, and that ACL
+    /// decides who may delete the nodes under it: see the spec's "Node ACL" section.
+    pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
+        self.acl = acl.into();
+        self
+    }
+
     /// Validates the settings and joins the election in the background; returns at once.
     ///
     /// The node is created as soon as the session is connected (or, if it is not yet, once it
@@ -86,8 +100,9 @@ impl LeaderLatchBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidPath`] for a relative or otherwise unusable path, [`Error::InvalidArgument`]
-    /// for an empty id, [`Error::Closed`] when the session is closed, [`Error::NoRuntime`]
-    /// outside a tokio runtime.
+    /// for an id that breaks [`validate_id`](crate::path::validate_id)'s rules or a creator ACL on
+    /// a session without credentials, [`Error::Closed`] when the session is closed,
+    /// [`Error::NoRuntime`] outside a tokio runtime.
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned latch exists.
@@ -95,6 +110,7 @@ impl LeaderLatchBuilder {
         path::validate_path(&self.path)?;
         let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
+        self.acl.check_usable(self.session.has_credentials())?;
         if self.session.status().closed {
             return Err(Error::Closed);
         }
@@ -103,6 +119,7 @@ impl LeaderLatchBuilder {
             lock_name: LATCH_LOCK_NAME,
             data: id.as_bytes().to_vec(),
             id: id.clone(),
+            acl: self.acl,
             policy: self.policy,
             mode: TermMode::Repeat,
             recipe: "latch",
@@ -170,6 +187,7 @@ impl LeaderLatch {
             id: None,
             close_mode: CloseMode::default(),
             policy: ErrorPolicy::default(),
+            acl: NodeAcl::default(),
         }
     }
 
@@ -212,6 +230,7 @@ impl LeaderLatch {
                             yield LatchEvent::NotLeader { token: term.token(), reason }
                         }
                         Ok(ContenderEvent::State(state)) => yield LatchEvent::State(state),
+                        Ok(ContenderEvent::Failed(err)) => yield LatchEvent::Failed(err),
                         Err(broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
@@ -224,6 +243,7 @@ impl LeaderLatch {
                                     yield LatchEvent::NotLeader { token: term.token(), reason }
                                 }
                                 ContenderEvent::State(state) => yield LatchEvent::State(state),
+                                ContenderEvent::Failed(err) => yield LatchEvent::Failed(err),
                             }
                         }
                         break;
@@ -238,21 +258,22 @@ impl LeaderLatch {
     /// Compose with [`tokio::time::timeout`] for Curator's `await(timeout)`.
     ///
     /// # Errors
-    /// [`Error::Closed`] when the latch is closed while waiting.
+    /// [`Error::Closed`] when the latch is closed while waiting; [`Error::Refused`] when the
+    /// server refused the latch's requests for good (no permission on the path, an ephemeral
+    /// election path, an ACL it rejects) and the latch stopped.
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes; the latch stays in the election.
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn await_leadership(&self) -> Result<Leadership> {
-        let mut rx = self.contender.leadership();
-        let mut phase = self.contender.phase();
-        contender::wait_for_leadership(&mut rx, &mut phase).await
+        self.contender.await_term().await
     }
 
     /// Waits until this latch's node exists and returns its path, at most `timeout`.
     ///
     /// # Errors
-    /// [`Error::Timeout`], or [`Error::Closed`] when the latch is closed.
+    /// [`Error::Timeout`]; [`Error::Closed`] when the latch is closed; [`Error::Refused`] when
+    /// the server refused its node.
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.
@@ -260,14 +281,15 @@ impl LeaderLatch {
         let mut phase = self.contender.phase();
         let wait = async {
             loop {
+                // Done first: a latch that stopped still has its node until it is deleted.
+                if *phase.borrow_and_update() == Phase::Done {
+                    return Err(self.contender.end_error());
+                }
                 if let Some(path) = self.contender.our_path() {
                     return Ok(path);
                 }
-                if *phase.borrow_and_update() == Phase::Done {
-                    return Err(Error::Closed);
-                }
                 if phase.changed().await.is_err() {
-                    return Err(Error::Closed);
+                    return Err(self.contender.end_error());
                 }
             }
         };
@@ -348,6 +370,11 @@ impl LeaderLatch {
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
         self.contender.is_stopped()
+    }
+
+    /// Why the latch stopped by itself ([`Error::Refused`]), if it did.
+    pub fn failure(&self) -> Option<Error> {
+        self.contender.failure()
     }
 }
 

@@ -9,9 +9,8 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, instrument, warn};
 
-use crate::contender::{
-    self, Contender, ContenderSpec, Participant, TermEnd, TermMode, wait_for_leadership,
-};
+use crate::acl::NodeAcl;
+use crate::contender::{self, Contender, ContenderSpec, Participant, TermEnd, TermMode};
 use crate::error::{Error, Result};
 use crate::fencing::Leadership;
 use crate::path::{self, MUTEX_LOCK_NAME};
@@ -66,6 +65,7 @@ pub struct LeaderSelectorBuilder {
     auto_requeue: bool,
     grace: Duration,
     policy: ErrorPolicy,
+    acl: NodeAcl,
 }
 
 impl LeaderSelectorBuilder {
@@ -93,11 +93,21 @@ impl LeaderSelectorBuilder {
         self
     }
 
+    /// The ACL of the nodes this selector creates: its own node, the election path and its missing
+    /// ancestors (as containers), and the nodes its terms' fenced writes create. Default:
+    /// [`NodeAcl::anyone_all`], as Curator. An existing election path keeps its own ACL, and that ACL
+    /// decides who may delete the nodes under it: see the spec's "Node ACL" section.
+    pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
+        self.acl = acl.into();
+        self
+    }
+
     /// Validates the settings and queues for leadership in the background; returns at once.
     ///
     /// # Errors
-    /// [`Error::InvalidPath`], [`Error::InvalidArgument`] (empty id), [`Error::Closed`] when the
-    /// session is closed, [`Error::NoRuntime`].
+    /// [`Error::InvalidPath`], [`Error::InvalidArgument`] (an id that breaks
+    /// [`validate_id`](crate::path::validate_id)'s rules, a creator ACL on a session without
+    /// credentials), [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned selector exists.
@@ -105,6 +115,7 @@ impl LeaderSelectorBuilder {
         path::validate_path(&self.path)?;
         let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
+        self.acl.check_usable(self.session.has_credentials())?;
         if self.session.status().closed {
             return Err(Error::Closed);
         }
@@ -118,12 +129,14 @@ impl LeaderSelectorBuilder {
             auto_requeue: self.auto_requeue,
             grace: self.grace,
             policy: self.policy,
+            acl: self.acl,
             stop: CancellationToken::new(),
             requeue: Notify::new(),
             requeued: std::sync::atomic::AtomicBool::new(false),
             current: Mutex::new(None),
             leadership_tx,
             state_tx,
+            failure: std::sync::OnceLock::new(),
         });
         let span = info_span!(parent: None, "selector", path = %self.path, id = %id);
         let task = runtime.spawn(run(Arc::clone(&shared), Arc::new(listener)).instrument(span));
@@ -147,6 +160,9 @@ pub enum SelectorState {
     Idle,
     /// Closed.
     Closed,
+    /// Stopped by itself: the server refused its requests for good ([`Error::Refused`], see
+    /// [`LeaderSelector::failure`]).
+    Failed,
 }
 
 struct Shared {
@@ -156,6 +172,7 @@ struct Shared {
     auto_requeue: bool,
     grace: Duration,
     policy: ErrorPolicy,
+    acl: NodeAcl,
     stop: CancellationToken,
     requeue: Notify,
     requeued: std::sync::atomic::AtomicBool,
@@ -163,6 +180,8 @@ struct Shared {
     current: Mutex<Option<Arc<Contender>>>,
     leadership_tx: watch::Sender<Option<Leadership>>,
     state_tx: watch::Sender<SelectorState>,
+    /// Why the selector stopped by itself, set before its state turns `Failed`.
+    failure: std::sync::OnceLock<Error>,
 }
 
 /// Curator's `LeaderSelector`: run a closure while leader; leadership ends when it returns.
@@ -221,6 +240,7 @@ impl LeaderSelector {
             auto_requeue: false,
             grace: DEFAULT_GRACE,
             policy: ErrorPolicy::default(),
+            acl: NodeAcl::default(),
         }
     }
 
@@ -281,14 +301,24 @@ impl LeaderSelector {
     /// Waits until the selector leads and returns the term.
     ///
     /// # Errors
-    /// [`Error::Closed`] when the selector is closed.
+    /// [`Error::Closed`] when the selector is closed; [`Error::Refused`] when the server refused
+    /// its requests for good and it stopped ([`SelectorState::Failed`]).
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.
     pub async fn await_leadership(&self) -> Result<Leadership> {
         let mut rx = self.shared.leadership_tx.subscribe();
         let mut state = self.shared.state_tx.subscribe();
-        contender::wait_for_term(&mut rx, &mut state, |s| *s == SelectorState::Closed).await
+        contender::wait_for_term(&mut rx, &mut state, |s| {
+            matches!(s, SelectorState::Closed | SelectorState::Failed)
+        })
+        .await
+        .map_err(|e| self.failure().unwrap_or(e))
+    }
+
+    /// Why the selector stopped by itself ([`Error::Refused`]), if it did.
+    pub fn failure(&self) -> Option<Error> {
+        self.shared.failure.get().cloned()
     }
 
     /// Everyone queued on this path, in order, the leader first.
@@ -369,6 +399,7 @@ async fn run<L: LeaderSelectorListener>(shared: Arc<Shared>, listener: Arc<L>) {
             lock_name: MUTEX_LOCK_NAME,
             id: shared.id.clone(),
             data: shared.id.as_bytes().to_vec(),
+            acl: shared.acl.clone(),
             policy: shared.policy,
             mode: TermMode::Once,
             recipe: "selector",
@@ -383,11 +414,9 @@ async fn run<L: LeaderSelectorListener>(shared: Arc<Shared>, listener: Arc<L>) {
         if let Ok(mut current) = shared.current.lock() {
             *current = Some(Arc::clone(&contender));
         }
-        let mut rx = contender.leadership();
-        let mut phase = contender.phase();
         let term = tokio::select! {
             _ = shared.stop.cancelled() => None,
-            r = wait_for_leadership(&mut rx, &mut phase) => r.ok(),
+            r = contender.await_term() => r.ok(),
         };
         if let Some(term) = term {
             lead(&shared, listener.as_ref(), &term).await;
@@ -395,6 +424,13 @@ async fn run<L: LeaderSelectorListener>(shared: Arc<Shared>, listener: Arc<L>) {
         contender.close().await;
         if let Ok(mut current) = shared.current.lock() {
             *current = None;
+        }
+        if let Some(err) = contender.failure() {
+            // Requeueing would be refused the same way: stop, and say why.
+            let _ = shared.failure.set(err);
+            shared.leadership_tx.send_replace(None);
+            shared.state_tx.send_replace(SelectorState::Failed);
+            return;
         }
         if shared.stop.is_cancelled() {
             break;

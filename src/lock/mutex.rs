@@ -5,9 +5,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-use crate::contender::{
-    self, Contender, ContenderSpec, Participant, Phase, TermMode, wait_for_leadership,
-};
+use crate::acl::NodeAcl;
+use crate::contender::{self, Contender, ContenderSpec, Participant, Phase, TermMode};
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
 use crate::path::{self, MUTEX_LOCK_NAME};
@@ -22,6 +21,7 @@ pub struct InterProcessMutexBuilder {
     path: String,
     id: Option<String>,
     policy: ErrorPolicy,
+    acl: NodeAcl,
 }
 
 impl InterProcessMutexBuilder {
@@ -39,20 +39,32 @@ impl InterProcessMutexBuilder {
         self
     }
 
+    /// The ACL of the nodes this mutex creates: its own node, the lock path and its missing
+    /// ancestors (as containers), and the nodes its holds' fenced writes create. Default:
+    /// [`NodeAcl::anyone_all`], as Curator. An existing lock path keeps its own ACL, and that ACL
+    /// decides who may delete the nodes under it: see the spec's "Node ACL" section.
+    pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
+        self.acl = acl.into();
+        self
+    }
+
     /// Validates the settings. Nothing is sent to the server until an acquire.
     ///
     /// # Errors
     /// [`Error::InvalidPath`] for a relative or otherwise unusable path, [`Error::InvalidArgument`]
-    /// for an empty id.
+    /// for an id that breaks [`validate_id`](crate::path::validate_id)'s rules or a creator ACL on
+    /// a session without credentials.
     pub fn build(self) -> Result<InterProcessMutex> {
         path::validate_path(&self.path)?;
         let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
+        self.acl.check_usable(self.session.has_credentials())?;
         Ok(InterProcessMutex {
             session: self.session,
             path: self.path,
             id,
             policy: self.policy,
+            acl: self.acl,
         })
     }
 }
@@ -90,6 +102,7 @@ pub struct InterProcessMutex {
     path: String,
     id: String,
     policy: ErrorPolicy,
+    acl: NodeAcl,
 }
 
 impl InterProcessMutex {
@@ -100,6 +113,7 @@ impl InterProcessMutex {
             path: path.into(),
             id: None,
             policy: ErrorPolicy::default(),
+            acl: NodeAcl::default(),
         }
     }
 
@@ -117,6 +131,7 @@ impl InterProcessMutex {
             lock_name: MUTEX_LOCK_NAME,
             data: self.id.as_bytes().to_vec(),
             id: self.id.clone(),
+            acl: self.acl.clone(),
             policy: self.policy,
             mode: TermMode::Once,
             recipe: "mutex",
@@ -127,7 +142,9 @@ impl InterProcessMutex {
     /// Waits until the lock is held and returns the guard.
     ///
     /// # Errors
-    /// [`Error::Closed`] when the session is closed while waiting; [`Error::NoRuntime`].
+    /// [`Error::Closed`] when the session is closed while waiting; [`Error::Refused`] when the
+    /// server refused the node for good (no permission on the lock path, an ephemeral lock path,
+    /// an ACL it rejects); [`Error::NoRuntime`].
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future withdraws from the queue and deletes the node, also when
@@ -135,9 +152,7 @@ impl InterProcessMutex {
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn acquire(&self) -> Result<MutexGuard> {
         let contender = self.contender()?;
-        let mut rx = contender.leadership();
-        let mut phase = contender.phase();
-        let hold = wait_for_leadership(&mut rx, &mut phase).await?;
+        let hold = contender.await_term().await?;
         Ok(MutexGuard { contender, hold })
     }
 
@@ -155,9 +170,7 @@ impl InterProcessMutex {
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
         let contender = self.contender()?;
-        let mut rx = contender.leadership();
-        let mut phase = contender.phase();
-        match tokio::time::timeout(timeout, wait_for_leadership(&mut rx, &mut phase)).await {
+        match tokio::time::timeout(timeout, contender.await_term()).await {
             Ok(Ok(hold)) => Ok(Some(MutexGuard { contender, hold })),
             Ok(Err(e)) => {
                 contender.close().await;
@@ -181,7 +194,6 @@ impl InterProcessMutex {
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
         let contender = self.contender()?;
-        let mut rx = contender.leadership();
         let mut phase = contender.phase();
         let bound = self.session.connection_timeout();
         let decided = phase.wait_for(|p| !matches!(p, Phase::Joining));
@@ -192,9 +204,10 @@ impl InterProcessMutex {
         };
         match outcome {
             Ok(Phase::Leading) => {
-                let hold = wait_for_leadership(&mut rx, &mut phase).await?;
+                let hold = contender.await_term().await?;
                 Ok(Some(MutexGuard { contender, hold }))
             }
+            Ok(Phase::Done) if contender.failure().is_some() => Err(contender.end_error()),
             Ok(_) => {
                 contender.close().await;
                 Ok(None)

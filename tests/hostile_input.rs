@@ -1,0 +1,660 @@
+//! Hostile and bad input against real ZooKeeper: every case ends in a typed error or a documented
+//! behaviour, never a panic or a spin, and leaves no node behind.
+//!
+//! Construction-time checks (paths, ids, ACLs), election paths the server refuses (an ephemeral
+//! node, no permission), foreign and rewritten nodes, requests over the server's size limit,
+//! connect strings that point at something that is not ZooKeeper, and chroots that do not exist.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{StateRecorder, children, eventually, session, shared_server, within, zookeeper};
+use zookeeper_client::{Acl, Acls, AuthId, CreateMode, Permission};
+use zookeeper_recipes::testing;
+use zookeeper_recipes::{
+    ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
+    Leadership, NodeAcl, SelectorState, Session, TermEnd,
+};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+fn persistent() -> zookeeper_client::CreateOptions<'static> {
+    CreateMode::Persistent.with_acls(Acls::anyone_all())
+}
+
+/// A connected session that authenticates as digest user `user`.
+async fn authed(connect: &str, user: &str) -> Session {
+    Session::builder(connect)
+        .digest_auth(user, format!("{user}-password"))
+        .session_timeout(Duration::from_secs(10))
+        .connection_timeout(BOUND)
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("no session as {user}: {e}"))
+}
+
+/// A selector closure that holds its term until the term ends.
+async fn hold_term(term: Leadership) -> Result<(), std::io::Error> {
+    term.ended().await;
+    Ok(())
+}
+
+/// Whether `err` is the server's refusal `expected` for `path`.
+fn is_refusal(err: &Error, expected: &zookeeper_client::Error) -> bool {
+    matches!(err, Error::Refused { source, .. } if source == expected)
+}
+
+/// Starts a latch, a selector and a mutex acquire on `path` and checks that each ends with the
+/// refusal `expected` (not a hang, not a retry loop), and that the latch reports it as its last
+/// event.
+async fn every_recipe_is_refused(s: &Session, path: &str, expected: zookeeper_client::Error) {
+    let latch = LeaderLatch::builder(s, path)
+        .id("latch")
+        .start()
+        .await
+        .unwrap();
+    let mut events = Box::pin(latch.events());
+    let err = within(BOUND, "the latch to give up", latch.await_leadership())
+        .await
+        .unwrap_err();
+    assert!(is_refusal(&err, &expected), "latch on {path}: {err:?}");
+    eprintln!("latch on {path}: {err}");
+    // Every wait says the same, at once, and so does the last event.
+    let again = within(BOUND, "wait_joined", latch.wait_joined(BOUND)).await;
+    assert!(is_refusal(&again.unwrap_err(), &expected));
+    assert!(is_refusal(&latch.failure().unwrap(), &expected));
+    let last = within(BOUND, "the latch's events to end", async {
+        let mut last = None;
+        while let Some(e) = futures::StreamExt::next(&mut events).await {
+            last = Some(e);
+        }
+        last
+    })
+    .await;
+    assert!(
+        matches!(&last, Some(LatchEvent::Failed(e)) if is_refusal(e, &expected)),
+        "{last:?}"
+    );
+    latch.close().await.unwrap();
+
+    let selector = LeaderSelector::builder(s, path)
+        .id("selector")
+        .auto_requeue(true)
+        .start(hold_term)
+        .await
+        .unwrap();
+    let err = within(
+        BOUND,
+        "the selector to give up",
+        selector.await_leadership(),
+    )
+    .await
+    .unwrap_err();
+    assert!(is_refusal(&err, &expected), "selector on {path}: {err:?}");
+    assert_eq!(selector.state(), SelectorState::Failed);
+    selector.close().await.unwrap();
+
+    let mutex = InterProcessMutex::builder(s, path)
+        .id("mutex")
+        .build()
+        .unwrap();
+    let err = within(BOUND, "acquire to give up", mutex.acquire())
+        .await
+        .unwrap_err();
+    assert!(is_refusal(&err, &expected), "mutex on {path}: {err:?}");
+    let err = within(BOUND, "try_acquire to give up", mutex.try_acquire())
+        .await
+        .unwrap_err();
+    assert!(
+        is_refusal(&err, &expected),
+        "try_acquire on {path}: {err:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_paths_ids_and_acls_are_rejected_at_construction_by_every_recipe() {
+    // No server needed: nothing may reach one.
+    let s = Session::builder("127.0.0.1:1").start().unwrap();
+    let long_id = "x".repeat(zookeeper_recipes::path::MAX_ID_LEN + 1);
+    let bad_paths = [
+        "jobs",
+        "/jobs/",
+        "/a//b",
+        "/zookeeper",
+        "/zookeeper/quota/x",
+        "/a/\u{1}",
+    ];
+    let bad_ids = [long_id.as_str(), "line\nbreak", "esc\u{1b}[2J", "del\u{7f}"];
+    for path in bad_paths {
+        let latch = LeaderLatch::builder(&s, path).start().await;
+        assert!(
+            matches!(latch, Err(Error::InvalidPath { .. })),
+            "latch {path:?}"
+        );
+        let selector = LeaderSelector::builder(&s, path).start(hold_term).await;
+        assert!(
+            matches!(selector, Err(Error::InvalidPath { .. })),
+            "selector {path:?}"
+        );
+        let mutex = InterProcessMutex::new(&s, path);
+        assert!(
+            matches!(mutex, Err(Error::InvalidPath { .. })),
+            "mutex {path:?}"
+        );
+    }
+    let invalid_id = |r: &Result<(), Error>| {
+        matches!(
+            r,
+            Err(Error::InvalidArgument {
+                what: "participant id",
+                ..
+            })
+        )
+    };
+    for id in bad_ids {
+        let latch = LeaderLatch::builder(&s, "/x")
+            .id(id)
+            .start()
+            .await
+            .map(drop);
+        assert!(invalid_id(&latch), "latch {id:?}: {latch:?}");
+        let selector = LeaderSelector::builder(&s, "/x")
+            .id(id)
+            .start(hold_term)
+            .await
+            .map(drop);
+        assert!(invalid_id(&selector), "selector {id:?}");
+        let mutex = InterProcessMutex::builder(&s, "/x")
+            .id(id)
+            .build()
+            .map(drop);
+        assert!(invalid_id(&mutex), "mutex {id:?}");
+    }
+    // A creator ACL needs credentials on the session: the server would refuse every node.
+    let invalid_acl = |r: &Result<(), Error>| {
+        matches!(
+            r,
+            Err(Error::InvalidArgument {
+                what: "node ACL",
+                ..
+            })
+        )
+    };
+    let latch = LeaderLatch::builder(&s, "/x")
+        .acl(NodeAcl::creator_all())
+        .start()
+        .await;
+    assert!(invalid_acl(&latch.map(drop)));
+    let selector = LeaderSelector::builder(&s, "/x")
+        .acl(Acls::creator_all())
+        .start(hold_term)
+        .await;
+    assert!(invalid_acl(&selector.map(drop)));
+    let mutex = InterProcessMutex::builder(&s, "/x")
+        .acl(NodeAcl::creator_all())
+        .build();
+    assert!(invalid_acl(&mutex.map(drop)));
+    assert!(matches!(
+        NodeAcl::new([]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // With credentials the same ACL is fine.
+    let with_auth = Session::builder("127.0.0.1:1")
+        .digest_auth("u", "p")
+        .start()
+        .unwrap();
+    assert!(
+        InterProcessMutex::builder(&with_auth, "/x")
+            .acl(NodeAcl::creator_all())
+            .build()
+            .is_ok()
+    );
+    // The session's own limits.
+    assert!(matches!(
+        Session::builder("127.0.0.1:1").jute_max_buffer(0).start(),
+        Err(Error::InvalidArgument {
+            what: "jute.maxbuffer",
+            ..
+        })
+    ));
+    s.close().await.unwrap();
+    with_auth.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_election_path_that_is_an_ephemeral_node_stops_every_recipe_with_a_refusal() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let root = testing::unique_path("ephemeral");
+    let zk = admin.client().unwrap();
+    zk.mkdir(&root, &persistent()).await.unwrap();
+    let path = format!("{root}/election");
+    zk.create(
+        &path,
+        b"",
+        &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    // The path itself (the node's create is refused), and a path below it (its parent's is).
+    every_recipe_is_refused(&s, &path, zookeeper_client::Error::NoChildrenForEphemerals).await;
+    every_recipe_is_refused(
+        &s,
+        &format!("{path}/below"),
+        zookeeper_client::Error::NoChildrenForEphemerals,
+    )
+    .await;
+    // Nothing was made, and the sessions are fine.
+    assert_eq!(zk.list_children(&root).await.unwrap(), ["election"]);
+    assert_eq!(s.state(), Some(ConnectionState::Connected));
+}
+
+#[tokio::test]
+async fn a_path_the_session_may_not_use_stops_every_recipe_with_no_auth_and_leaves_no_node() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let admin = authed(server.connect_string(), "admin").await;
+    let zk = admin.client().unwrap();
+    let root = testing::unique_path("noauth");
+    zk.mkdir(&root, &persistent()).await.unwrap();
+
+    // Read-only for everyone: the create is refused.
+    let read_only = format!("{root}/read-only");
+    zk.create(
+        &read_only,
+        b"",
+        &CreateMode::Persistent.with_acls(Acls::anyone_read()),
+    )
+    .await
+    .unwrap();
+    every_recipe_is_refused(&s, &read_only, zookeeper_client::Error::NoAuth).await;
+    // A missing election path under it: the parent's create is refused.
+    every_recipe_is_refused(
+        &s,
+        &format!("{read_only}/jobs"),
+        zookeeper_client::Error::NoAuth,
+    )
+    .await;
+
+    // Create and delete but no read: the node is made, the listing is refused, and the recipe
+    // deletes its node on the way out.
+    let blind = format!("{root}/blind");
+    let acl = [
+        Acl::new(Permission::CREATE | Permission::DELETE, AuthId::anyone()),
+        Acl::new(Permission::ALL, AuthId::authed()),
+    ];
+    zk.create(
+        &blind,
+        b"",
+        &CreateMode::Persistent.with_acls(Acls::new(&acl)),
+    )
+    .await
+    .unwrap();
+    every_recipe_is_refused(&s, &blind, zookeeper_client::Error::NoAuth).await;
+    eventually(
+        BOUND,
+        "the refused recipes' nodes to be deleted",
+        || async {
+            zk.list_children(&blind)
+                .await
+                .unwrap()
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(s.state(), Some(ConnectionState::Connected));
+}
+
+#[tokio::test]
+async fn an_acl_the_server_rejects_stops_the_recipe_with_invalid_acl() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("invalid-acl");
+    // A digest id must be `user:base64 hash`; the server rejects anything else.
+    let acl = NodeAcl::new([Acl::new(Permission::ALL, AuthId::new("digest", "no-colon"))]).unwrap();
+    let latch = LeaderLatch::builder(&s, &path)
+        .acl(acl)
+        .start()
+        .await
+        .unwrap();
+    let err = within(BOUND, "the latch to give up", latch.await_leadership())
+        .await
+        .unwrap_err();
+    assert!(
+        is_refusal(&err, &zookeeper_client::Error::InvalidAcl),
+        "{err:?}"
+    );
+    latch.close().await.unwrap();
+    assert!(children(&s, &path).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_oversized_fenced_write_is_refused_before_sending_and_the_leader_keeps_its_term() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("oversized");
+    let data_path = format!("{path}-data");
+    admin
+        .client()
+        .unwrap()
+        .mkdir(&data_path, &persistent())
+        .await
+        .unwrap();
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("writer")
+        .start()
+        .await
+        .unwrap();
+    let term = within(BOUND, "leadership", latch.await_leadership())
+        .await
+        .unwrap();
+    let mut leader_states = StateRecorder::start(&s);
+
+    // The multi `fenced` sends, in jute: request header 8, check header 9 + path (4 + len) +
+    // version 4, set-data header 9 + path (4 + len) + data (4 + n) + version 4, closing header 9.
+    let limit = zookeeper_recipes::session::DEFAULT_JUTE_MAX_BUFFER;
+    let overhead = 8 + 9 + 4 + term.path().len() + 4 + 9 + 4 + data_path.len() + 4 + 4 + 9;
+    let at_limit = limit - overhead;
+
+    // The premise: one byte over the server's jute.maxbuffer and the server drops the
+    // *connection*. Shown on another session, with the same request sent raw.
+    let mut admin_states = StateRecorder::start(&admin);
+    let raw = admin.client().unwrap();
+    let mut writer = raw.new_check_writer(term.path(), None).unwrap();
+    writer
+        .add_set_data(&data_path, &vec![7u8; at_limit + 1], None)
+        .unwrap();
+    let raw_result = within(BOUND, "the raw oversized write to fail", writer.commit()).await;
+    assert!(
+        raw_result.is_err(),
+        "the server accepted {} bytes",
+        limit + 1
+    );
+    admin_states.expect(ConnectionState::Suspended, BOUND).await;
+    eprintln!("raw write of {} bytes: {:?}", limit + 1, raw_result.err());
+
+    // Through the term: refused here, nothing sent.
+    let started = Instant::now();
+    let refused = term
+        .fenced([FencedOp::set_data(&data_path, vec![7u8; at_limit + 1])])
+        .await;
+    match refused {
+        Err(Error::RequestTooLarge { size, limit: l }) => {
+            assert_eq!((size, l), (limit + 1, limit));
+        }
+        other => panic!("expected RequestTooLarge, got {other:?}"),
+    }
+    eprintln!(
+        "oversized fenced write refused locally in {:?}",
+        started.elapsed()
+    );
+    // Exactly at the limit it goes through, on the same connection, in the same term.
+    let written = within(
+        BOUND,
+        "the write at the limit",
+        term.fenced([FencedOp::set_data(&data_path, vec![1u8; at_limit])]),
+    )
+    .await;
+    assert!(written.is_ok(), "{written:?}");
+    let (data, _) = admin.client().unwrap().get_data(&data_path).await.unwrap();
+    assert_eq!(data.len(), at_limit);
+    assert!(
+        !term.has_ended() && latch.has_leadership(),
+        "the leader lost its term"
+    );
+    assert!(
+        !leader_states
+            .drain()
+            .contains(&Some(ConnectionState::Suspended)),
+        "the leader's connection was dropped: {:?}",
+        leader_states.states()
+    );
+    // A node created by a fenced write counts its ACL too.
+    let create = term
+        .fenced([FencedOp::create(
+            format!("{data_path}/big"),
+            vec![0u8; limit],
+        )])
+        .await;
+    assert!(
+        matches!(create, Err(Error::RequestTooLarge { .. })),
+        "{create:?}"
+    );
+    assert!(!term.has_ended());
+    latch.close().await.unwrap();
+}
+
+/// What a client without the election's credentials tries against a leader's term, each of which
+/// the server must refuse; returns how many were refused.
+async fn intrude(intruder: &Session, term: &Leadership, election: &str, data: &str) -> usize {
+    let zk = intruder.client().unwrap();
+    let mut refused = 0;
+    let mut expect_no_auth = |what: &str, r: Result<(), zookeeper_client::Error>| {
+        assert_eq!(r, Err(zookeeper_client::Error::NoAuth), "{what}");
+        refused += 1;
+    };
+    expect_no_auth(
+        "delete the leader's node",
+        zk.delete(term.path(), None).await,
+    );
+    // Its own "fenced" write: a multi that checks the leader's node, then writes.
+    let mut multi = zk.new_check_writer(term.path(), None).unwrap();
+    multi.add_set_data(data, b"forged", None).unwrap();
+    let forged = multi.commit().await.map(drop).map_err(|e| match e {
+        zookeeper_client::CheckWriteError::CheckFailed { source }
+        | zookeeper_client::CheckWriteError::RequestFailed { source }
+        | zookeeper_client::CheckWriteError::OperationFailed { source, .. } => source,
+    });
+    expect_no_auth("a multi checking the leader's node", forged);
+    let mut multi = zk.new_multi_writer();
+    multi.add_set_data(data, b"forged", None).unwrap();
+    let forged = multi.commit().await.map(drop).map_err(|e| match e {
+        zookeeper_client::MultiWriteError::RequestFailed { source }
+        | zookeeper_client::MultiWriteError::OperationFailed { source, .. } => source,
+    });
+    expect_no_auth("a multi writing the fenced data", forged);
+    expect_no_auth(
+        "write the fenced data",
+        zk.set_data(data, b"forged", None).await.map(drop),
+    );
+    expect_no_auth(
+        "take over the election path's ACL",
+        zk.set_acl(election, &Acls::anyone_all(), None)
+            .await
+            .map(drop),
+    );
+    expect_no_auth(
+        "queue a node of its own",
+        zk.create(
+            &format!("{election}/_c_00000000-0000-0000-0000-000000000000-latch-"),
+            b"intruder",
+            &CreateMode::EphemeralSequential.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .map(drop),
+    );
+    // Joining with a recipe: refused as a typed error, not a hang.
+    let latch = LeaderLatch::builder(intruder, election)
+        .id("intruder")
+        .start()
+        .await
+        .unwrap();
+    let err = within(
+        BOUND,
+        "the intruder's latch to be refused",
+        latch.await_leadership(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        is_refusal(&err, &zookeeper_client::Error::NoAuth),
+        "{err:?}"
+    );
+    latch.close().await.unwrap();
+    refused + 1
+}
+
+#[tokio::test]
+async fn with_creator_acls_an_intruder_can_neither_delete_the_leaders_node_nor_write_fenced_data() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let (a, b) = (authed(connect, "job").await, authed(connect, "job").await);
+    let anonymous = session(connect, Duration::from_secs(10)).await;
+    let mallory = authed(connect, "mallory").await;
+    let root = testing::unique_path("acl");
+    anonymous
+        .client()
+        .unwrap()
+        .mkdir(&root, &persistent())
+        .await
+        .unwrap();
+    let election = format!("{root}/election/jobs");
+    let start = |s: &Session, id: &str| {
+        LeaderLatch::builder(s, &election)
+            .id(id)
+            .acl(NodeAcl::creator_all())
+            .start()
+    };
+    let first = start(&a, "a").await.unwrap();
+    let term = within(BOUND, "a to lead", first.await_leadership())
+        .await
+        .unwrap();
+    let second = start(&b, "b").await.unwrap();
+    within(BOUND, "b to queue", second.wait_joined(BOUND))
+        .await
+        .unwrap();
+    // The leader's fenced writes create nodes with the recipe's ACL.
+    let data = format!("{root}/ledger");
+    term.fenced([FencedOp::create(&data, b"batch 1".to_vec())])
+        .await
+        .unwrap();
+
+    // Everything the recipe made carries the creator's identity only: the election path and its
+    // missing ancestor (containers), the nodes, the fenced write's node.
+    let zk = a.client().unwrap();
+    for path in [
+        format!("{root}/election"),
+        election.clone(),
+        term.path().to_owned(),
+        data.clone(),
+    ] {
+        let (acl, _) = zk.get_acl(&path).await.unwrap();
+        assert_eq!(acl.len(), 1, "{path}: {acl:?}");
+        assert_eq!(acl[0].scheme(), "digest", "{path}: {acl:?}");
+        assert!(acl[0].id().starts_with("job:"), "{path}: {acl:?}");
+        assert_eq!(acl[0].permission(), Permission::ALL);
+    }
+
+    let mut attempts = 0;
+    for intruder in [&anonymous, &mallory] {
+        attempts += intrude(intruder, &term, &election, &data).await;
+    }
+    // Not even a listing: the election's participants are the creator's business.
+    let listing = zookeeper_recipes::participants_on(&anonymous, &election).await;
+    assert!(matches!(
+        listing,
+        Err(Error::Zookeeper(zookeeper_client::Error::NoAuth))
+    ));
+
+    // The election did not notice: same term, fenced writes still land, data untouched.
+    assert!(
+        !term.has_ended() && first.has_leadership(),
+        "the leader lost its term"
+    );
+    term.fenced([FencedOp::set_data(&data, b"batch 2")])
+        .await
+        .unwrap();
+    let (bytes, _) = zk.get_data(&data).await.unwrap();
+    assert_eq!(bytes, b"batch 2");
+    let ids: Vec<String> = first
+        .participants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    eprintln!("{attempts} intrusions refused; the term went on");
+
+    // And a handover works as ever.
+    first.close().await.unwrap();
+    let next = within(BOUND, "b to lead after a closes", second.await_leadership())
+        .await
+        .unwrap();
+    assert!(next.token() > term.token());
+    next.fenced([FencedOp::set_data(&data, b"batch 3")])
+        .await
+        .unwrap();
+    second.close().await.unwrap();
+    assert!(children(&a, &election).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_existing_election_path_keeps_its_acl_until_an_operator_sets_one() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let operator = authed(connect, "job").await;
+    let anonymous = session(connect, Duration::from_secs(10)).await;
+    let election = testing::unique_path("existing-acl");
+    // Made before the recipe ran, open to anyone.
+    operator
+        .client()
+        .unwrap()
+        .mkdir(&election, &persistent())
+        .await
+        .unwrap();
+    let latch = LeaderLatch::builder(&operator, &election)
+        .id("a")
+        .acl(NodeAcl::creator_all())
+        .start()
+        .await
+        .unwrap();
+    let term = within(BOUND, "leadership", latch.await_leadership())
+        .await
+        .unwrap();
+    // The node is the creator's, but deleting it is decided by its parent's ACL: anyone may.
+    let intruder = anonymous.client().unwrap();
+    intruder.delete(term.path(), None).await.unwrap();
+    within(BOUND, "the term to end", term.ended()).await;
+    assert_eq!(term.end_reason(), Some(TermEnd::NodeDeleted));
+    // The operator's fix: set the path's ACL (zkCli: `setAcl <path> auth::cdrwa`).
+    operator
+        .client()
+        .unwrap()
+        .set_acl(&election, &Acls::creator_all(), None)
+        .await
+        .unwrap();
+    let term = within(BOUND, "leadership again", latch.await_leadership())
+        .await
+        .unwrap();
+    assert_eq!(
+        intruder.delete(term.path(), None).await,
+        Err(zookeeper_client::Error::NoAuth)
+    );
+    assert!(!term.has_ended());
+    latch.close().await.unwrap();
+}
