@@ -740,7 +740,15 @@ async fn wait_behind(
     shared.phase_tx.send_replace(Phase::Waiting { position });
     let predecessor_path = path::join(&shared.spec.path, predecessor);
     let watcher = match live.client.get_and_watch_data(&predecessor_path).await {
-        Ok((_, _, watcher)) => watcher,
+        Ok((_, stat, watcher)) => {
+            if stat.ephemeral_owner == 0 {
+                // Named like a contender but persistent (made or rewritten by hand): it never
+                // leaves by itself, and Curator contenders wait behind it too. Say so.
+                warn!(node = %own.path, predecessor = %predecessor_path,
+                    "the node ahead of ours is not ephemeral: it never leaves by itself; the election waits until an operator deletes it");
+            }
+            watcher
+        }
         Err(zookeeper_client::Error::NoNode) => {
             // Gone between listing and watching: list again, keep our node (CURATOR-644/645).
             debug!(predecessor = %predecessor_path, "predecessor already gone; listing again");

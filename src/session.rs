@@ -102,8 +102,10 @@ impl SessionBuilder {
         self
     }
 
-    /// A chroot (Curator's namespace) for every path; it is created if missing. The connect
-    /// string may carry one instead (`host:2181/app`), not both.
+    /// A chroot (Curator's namespace) for every path; it is created (with its missing ancestors,
+    /// open to anyone) if missing. One that cannot be created (no permission, an ephemeral node
+    /// in its way) means no session: [`connect`](Self::connect) returns [`Error::Refused`]. The
+    /// connect string may carry one instead (`host:2181/app`), not both.
     pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
         self.chroot = Some(chroot.into());
         self
@@ -213,6 +215,7 @@ impl SessionBuilder {
             current: RwLock::new(None),
             stop: CancellationToken::new(),
             supervisor: Mutex::new(None),
+            refusal: Mutex::new(None),
         });
         let task = runtime.spawn(supervise(Arc::clone(&shared)));
         if let Ok(mut slot) = shared.supervisor.lock() {
@@ -230,15 +233,23 @@ impl SessionBuilder {
     ///
     /// # Errors
     /// As [`start`](Self::start), and [`Error::Timeout`] when no server answered in time (the
-    /// session is then closed).
+    /// session is then closed). When the servers answered but refused what a session needs,
+    /// that refusal instead: [`Error::Refused`] (the chroot does not exist and cannot be
+    /// created: no permission, or an ephemeral node in its way) or [`Error::AuthFailed`].
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the session, which stops connecting.
     pub async fn connect(self) -> Result<Session> {
         let timeout = self.connection_timeout;
         let session = self.start()?;
-        session.wait_connected(timeout).await?;
-        Ok(session)
+        match session.wait_connected(timeout).await {
+            Ok(()) => Ok(session),
+            Err(Error::Timeout(t)) => {
+                let refusal = session.shared.refusal.lock().ok().and_then(|r| r.clone());
+                Err(refusal.unwrap_or(Error::Timeout(t)))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -318,6 +329,8 @@ struct Shared {
     current: RwLock<Option<Live>>,
     stop: CancellationToken,
     supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Why the last attempt to establish a session was refused, if it was (for `connect`).
+    refusal: Mutex<Option<Error>>,
 }
 
 /// The client of one ZooKeeper session, with the clock that proves it alive.
@@ -1026,6 +1039,11 @@ async fn supervise(shared: Arc<Shared>) {
             Err(err) => {
                 failures = failures.saturating_add(1);
                 let backoff = retry_backoff(failures, shared.config.connection_timeout);
+                if matches!(err, Error::Refused { .. } | Error::AuthFailed)
+                    && let Ok(mut refusal) = shared.refusal.lock()
+                {
+                    *refusal = Some(err.clone());
+                }
                 if matches!(err, Error::AuthFailed) {
                     error!(hosts = %shared.config.hosts, "ZooKeeper refused the credentials; retrying in {backoff:?}");
                 } else {
@@ -1246,7 +1264,16 @@ async fn connect_client(config: &Config) -> Result<Client> {
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
     match client.mkdir(chroot, &persistent).await {
         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
-        Err(e) => warn!(chroot, error = %e, "could not create the chroot"),
+        // Without its chroot a session could make no node at all: no session then, and a
+        // refusal is what `connect` reports.
+        Err(e) if crate::error::is_refusal(&e) => {
+            return Err(Error::Refused {
+                operation: "create the chroot",
+                path: chroot.clone(),
+                source: e,
+            });
+        }
+        Err(e) => return Err(e.into()),
     }
     client
         .chroot(chroot.clone())

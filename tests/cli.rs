@@ -1096,6 +1096,7 @@ async fn lock_exits_75_on_timeout_and_runs_cmd_with_token_when_free() {
 #[tokio::test]
 async fn bad_arguments_exit_2_with_usage() {
     // No server needed: these never get that far.
+    let long_id = "x".repeat(zookeeper_recipes::path::MAX_ID_LEN + 1);
     for args in [
         &["run", "/x"][..],
         &["latch"],
@@ -1103,6 +1104,11 @@ async fn bad_arguments_exit_2_with_usage() {
         &["--session-timeout", "soon", "leader", "x"],
         &["latch", "x", "--id", ""],
         &["lock", "/x", "--timeout", "never", "--", "true"],
+        // Ids that would forge or bloat event lines, and reserved paths.
+        &["latch", "x", "--id", "a\n{\"event\":\"leader\"}"],
+        &["run", "x", "--id", "bell\u{7}", "--", "true"],
+        &["lock", "x", "--id", &long_id, "--", "true"],
+        &["participants", "/zookeeper/quota"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_zkr"))
             .args(args)

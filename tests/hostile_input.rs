@@ -9,10 +9,13 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{StateRecorder, children, eventually, session, shared_server, within, zookeeper};
-use zookeeper_client::{Acl, Acls, AuthId, CreateMode, Permission};
+use common::{StateRecorder, children, eventually, ms, session, shared_server, within, zookeeper};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zookeeper_client::{Acl, Acls, AuthId, CreateMode, LockPrefix, Permission};
 use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
@@ -657,4 +660,385 @@ async fn an_existing_election_path_keeps_its_acl_until_an_operator_sets_one() {
     );
     assert!(!term.has_ended());
     latch.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_leaders_node_rewritten_by_another_client_keeps_its_term_and_an_impostor_only_stalls() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let zk = admin.client().unwrap();
+    let path = testing::unique_path("rewritten");
+    let data = format!("{path}-data");
+    zk.mkdir(&data, &persistent()).await.unwrap();
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let term = within(BOUND, "leadership", latch.await_leadership())
+        .await
+        .unwrap();
+
+    // Its data rewritten: the node is still ours (same session, same czxid), so the term goes on;
+    // participants report what the server holds.
+    zk.set_data(term.path(), b"forged id", None).await.unwrap();
+    term.fenced([FencedOp::set_data(&data, b"after rewrite")])
+        .await
+        .unwrap();
+    let ids: Vec<String> = latch
+        .participants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["forged id"]);
+    assert!(!term.has_ended() && latch.has_leadership());
+
+    // Replaced, in one multi, by a persistent node of the same name: the heartbeat finds a node
+    // no session owns and ends the term, as for a deletion.
+    let mut swap = zk.new_multi_writer();
+    swap.add_delete(term.path(), None).unwrap();
+    swap.add_create(term.path(), b"impostor", &persistent())
+        .unwrap();
+    swap.commit().await.unwrap();
+    let swapped = Instant::now();
+    within(BOUND, "the term to end after the swap", term.ended()).await;
+    eprintln!("swap noticed after {} ms", ms(swapped.elapsed()));
+    assert_eq!(term.end_reason(), Some(TermEnd::NodeDeleted));
+    assert!(matches!(
+        term.fenced([FencedOp::set_data(&data, b"stale")]).await,
+        Err(Error::NotLeader { .. })
+    ));
+    // The latch rejoins, behind the impostor, which never leaves by itself (a warning says so):
+    // the election stalls, as Curator's would, and never crashes or elects two.
+    let second_node = eventually(BOUND, "the latch to rejoin with a new node", || async {
+        latch.our_path().filter(|p| p != term.path())
+    })
+    .await;
+    let ids: Vec<String> = eventually(BOUND, "both nodes to be listed", || async {
+        let ids: Vec<String> = latch
+            .participants()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        (ids.len() == 2).then_some(ids)
+    })
+    .await;
+    assert_eq!(ids, ["impostor", "a"]);
+    assert!(!latch.has_leadership());
+    // An operator removes it: the latch leads from its new node, with a higher token.
+    zk.delete(term.path(), None).await.unwrap();
+    let next = within(
+        BOUND,
+        "leadership after the impostor goes",
+        latch.await_leadership(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next.path(), second_node);
+    assert!(next.token() > term.token());
+    latch.close().await.unwrap();
+    assert!(children(&admin, &path).await.is_empty());
+}
+
+#[tokio::test]
+async fn zookeeper_client_locks_take_part_under_curators_naming_and_are_foreign_otherwise() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let other = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("zk-client-locks");
+    let zk = other.client().unwrap();
+    zk.mkdir(&path, &persistent()).await.unwrap();
+    let acl = Acls::anyone_all();
+    // Foreign namings, each holding "its" lock: zookeeper-client's shared prefix (ZooKeeper's
+    // LeaderElectionSupport), its custom prefix (ZooKeeper's WriteLock), and a Kazoo lock node.
+    let shared_prefix = format!("{path}/n-");
+    let shared = zk
+        .lock(
+            LockPrefix::new_shared(&shared_prefix).unwrap(),
+            b"shared",
+            acl,
+        )
+        .await
+        .unwrap();
+    let custom_prefix = format!("{path}/x-{}-", zk.session_id().0);
+    let custom = zk
+        .lock(
+            LockPrefix::new_custom(custom_prefix, "x-").unwrap(),
+            b"custom",
+            acl,
+        )
+        .await
+        .unwrap();
+    zk.create(
+        &format!("{path}/8f2e{}__lock__", "0".repeat(28)),
+        b"kazoo",
+        &CreateMode::EphemeralSequential.with_acls(acl),
+    )
+    .await
+    .unwrap();
+    // zookeeper-client's lock under Curator's naming is one of us.
+    let curator_named = zk
+        .lock(
+            LockPrefix::new_curator(&path, "lock-").unwrap(),
+            b"zk-client",
+            acl,
+        )
+        .await
+        .unwrap();
+    let mutex = InterProcessMutex::builder(&s, &path)
+        .id("rust")
+        .build()
+        .unwrap();
+    assert!(
+        within(BOUND, "try_acquire", mutex.try_acquire())
+            .await
+            .unwrap()
+            .is_none(),
+        "the mutex ignored a zookeeper-client lock with Curator's naming"
+    );
+    let ids: Vec<String> = mutex
+        .participants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["zk-client"]);
+    // Released: the mutex gets the lock, although the foreign nodes are older and still there.
+    drop(curator_named);
+    let guard = within(BOUND, "the mutex to acquire", mutex.acquire())
+        .await
+        .unwrap();
+    assert_eq!(children(&s, &path).await.len(), 4);
+    // And a zookeeper-client lock under Curator's naming waits for us.
+    let acquired_at = Arc::new(std::sync::Mutex::new(None));
+    let waiter = {
+        let zk = zk.clone();
+        let path = path.clone();
+        let acquired_at = acquired_at.clone();
+        tokio::spawn(async move {
+            let lock = zk
+                .lock(
+                    LockPrefix::new_curator(&path, "lock-").unwrap(),
+                    b"zk-client-2",
+                    acl,
+                )
+                .await
+                .unwrap();
+            *acquired_at.lock().unwrap() = Some(Instant::now());
+            drop(lock);
+        })
+    };
+    eventually(
+        BOUND,
+        "the zookeeper-client lock to queue behind us",
+        || async { (mutex.participants().await.unwrap().len() == 2).then_some(()) },
+    )
+    .await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    within(BOUND, "the zookeeper-client lock to be acquired", waiter)
+        .await
+        .unwrap();
+    let acquired_at = acquired_at.lock().unwrap().unwrap();
+    assert!(
+        acquired_at >= released_at,
+        "zookeeper-client's lock did not wait for ours"
+    );
+    drop((shared, custom));
+}
+
+/// What a fake server does with each connection.
+#[derive(Clone, Copy, Debug)]
+enum Fake {
+    /// Writes bytes that are no ZooKeeper reply (a huge length prefix, then noise), reads on.
+    Garbage,
+    /// Answers like a web server, then closes.
+    Http,
+    /// Accepts and says nothing.
+    Silent,
+}
+
+/// A local TCP server that is not ZooKeeper; counts the connections it accepted.
+async fn fake_server(kind: Fake) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                match kind {
+                    Fake::Garbage => {
+                        let mut noise = vec![0x7f, 0xff, 0xff, 0xf0];
+                        noise.extend(
+                            (0..4092u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8),
+                        );
+                        let _ = conn.write_all(&noise).await;
+                        while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {}
+                    }
+                    Fake::Http => {
+                        let _ = conn.read(&mut buf).await;
+                        let _ = conn
+                            .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                            .await;
+                    }
+                    Fake::Silent => while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {},
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn a_connect_string_pointing_at_something_else_times_out_cleanly_without_spinning() {
+    let connection_timeout = Duration::from_millis(1500);
+    for kind in [Fake::Garbage, Fake::Http, Fake::Silent] {
+        let (addr, accepted) = fake_server(kind).await;
+        let started = Instant::now();
+        let result = Session::builder(&addr)
+            .session_timeout(Duration::from_secs(4))
+            .connection_timeout(connection_timeout)
+            .connect()
+            .await;
+        let took = started.elapsed();
+        let connections = accepted.load(Ordering::SeqCst);
+        eprintln!(
+            "{kind:?}: {:?} after {} ms, {connections} connections",
+            result.as_ref().err(),
+            ms(took)
+        );
+        assert!(
+            matches!(result, Err(Error::Timeout(_))),
+            "{kind:?}: {result:?}"
+        );
+        assert!(
+            took < connection_timeout + Duration::from_secs(2),
+            "{kind:?}: {took:?}"
+        );
+        // Retries back off: a spinning client would open thousands of connections here.
+        assert!(
+            (1..=20).contains(&connections),
+            "{kind:?}: {connections} connections"
+        );
+        // A recipe on such a session waits, bounded by the caller, and closes cleanly.
+        let s = Session::builder(&addr)
+            .connection_timeout(connection_timeout)
+            .start()
+            .unwrap();
+        let latch = LeaderLatch::builder(&s, "/x")
+            .id("a")
+            .start()
+            .await
+            .unwrap();
+        let wait = tokio::time::timeout(Duration::from_millis(300), latch.await_leadership()).await;
+        assert!(wait.is_err(), "{kind:?}: leadership without a server?");
+        within(BOUND, "the latch to close", latch.close())
+            .await
+            .unwrap();
+        within(BOUND, "the session to close", s.close())
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_chroot_that_does_not_exist_is_created_and_one_that_cannot_be_is_refused() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let zk = admin.client().unwrap();
+    // Missing, with a missing parent: created, as Curator creates its namespace.
+    let chroot = format!("{}/app", testing::unique_path("chroot"));
+    let s = session(
+        &format!("{}{chroot}", server.connect_string()),
+        Duration::from_secs(10),
+    )
+    .await;
+    let latch = LeaderLatch::builder(&s, "/election/jobs")
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let term = within(
+        BOUND,
+        "leadership under the chroot",
+        latch.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let name = term.path().rsplit('/').next().unwrap().to_owned();
+    assert_eq!(
+        zk.list_children(&format!("{chroot}/election/jobs"))
+            .await
+            .unwrap(),
+        [name]
+    );
+    latch.close().await.unwrap();
+    s.close().await.unwrap();
+
+    // Under an ephemeral node it cannot exist: connect says so instead of timing out, and
+    // never hands out a session that could make no node.
+    let blocker = testing::unique_path("chroot-blocker");
+    zk.mkdir(&blocker, &persistent()).await.unwrap();
+    let ephemeral = format!("{blocker}/ephemeral");
+    zk.create(
+        &ephemeral,
+        b"",
+        &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    let refused = Session::builder(format!("{}{ephemeral}/app", server.connect_string()))
+        .connection_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    match refused {
+        Err(Error::Refused {
+            operation, source, ..
+        }) => {
+            assert_eq!(operation, "create the chroot");
+            assert_eq!(source, zookeeper_client::Error::NoChildrenForEphemerals);
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Without permission to create it: the same.
+    let read_only = format!("{blocker}/read-only");
+    zk.create(
+        &read_only,
+        b"",
+        &CreateMode::Persistent.with_acls(Acls::anyone_read()),
+    )
+    .await
+    .unwrap();
+    let refused = Session::builder(format!("{}{read_only}/app", server.connect_string()))
+        .connection_timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    assert!(
+        matches!(
+            &refused,
+            Err(Error::Refused {
+                source: zookeeper_client::Error::NoAuth,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 }
