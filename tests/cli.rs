@@ -1124,6 +1124,50 @@ async fn bad_arguments_exit_2_with_usage() {
     }
 }
 
+#[tokio::test]
+async fn recipes_on_a_path_the_server_refuses_exit_1_saying_why() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    // An election path that is an ephemeral node cannot have children: nothing can ever join.
+    let path = testing::unique_path("cli-refused");
+    let (parent, _) = path.rsplit_once('/').expect("an absolute path");
+    zk.mkdir(
+        parent,
+        &zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all()),
+    )
+    .await
+    .expect("parent made");
+    zk.create(
+        &path,
+        b"",
+        &zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all()),
+    )
+    .await
+    .expect("ephemeral election path made");
+    for args in [
+        &["latch", &path, "--id", "a"][..],
+        &["run", &path, "--", "true"],
+        &["lock", &path, "--", "true"],
+    ] {
+        let mut c = zkr(connect);
+        c.args(args);
+        let out = tokio::time::timeout(BOUND, c.output())
+            .await
+            .unwrap_or_else(|_| panic!("zkr {args:?} waited instead of giving up"))
+            .expect("zkr ran");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "zkr {args:?}: {err}");
+        assert!(
+            err.contains("refused") && err.contains("ephemeral"),
+            "zkr {args:?} should say why: {err}"
+        );
+    }
+}
+
 /// The pids whose process group is `pgid`, from /proc.
 fn group_members(pgid: Pid) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {

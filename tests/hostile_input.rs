@@ -1042,3 +1042,44 @@ async fn a_chroot_that_does_not_exist_is_created_and_one_that_cannot_be_is_refus
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn a_waiting_contenders_node_deleted_by_another_client_rejoins_when_its_turn_comes() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let (s1, s2) = (
+        session(server.connect_string(), Duration::from_secs(10)).await,
+        session(server.connect_string(), Duration::from_secs(10)).await,
+    );
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("waiter-deleted");
+    let a = LeaderLatch::builder(&s1, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let first = within(BOUND, "a to lead", a.await_leadership())
+        .await
+        .unwrap();
+    let b = LeaderLatch::builder(&s2, &path)
+        .id("b")
+        .start()
+        .await
+        .unwrap();
+    let b_node = within(BOUND, "b to queue", b.wait_joined(BOUND))
+        .await
+        .unwrap();
+    admin.client().unwrap().delete(&b_node, None).await.unwrap();
+    // Nobody watches a waiter's own node (Curator neither): b learns of it when its predecessor
+    // goes, finds itself missing from the listing, and joins again, here as the only one.
+    a.close().await.unwrap();
+    let term = within(BOUND, "b to lead after a left", b.await_leadership())
+        .await
+        .unwrap();
+    assert_ne!(term.path(), b_node);
+    assert!(term.token() > first.token());
+    b.close().await.unwrap();
+    assert!(children(&admin, &path).await.is_empty());
+}
