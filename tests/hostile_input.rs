@@ -28,6 +28,14 @@ fn persistent() -> zookeeper_client::CreateOptions<'static> {
     CreateMode::Persistent.with_acls(Acls::anyone_all())
 }
 
+/// Makes the node `path` (its parent exists) as `mode` with `acls`, as an operator or another
+/// client would.
+async fn make(zk: &zookeeper_client::Client, path: &str, mode: CreateMode, acls: Acls<'_>) {
+    zk.create(path, b"", &mode.with_acls(acls))
+        .await
+        .unwrap_or_else(|e| panic!("making {path}: {e}"));
+}
+
 /// A connected session that authenticates as digest user `user`.
 async fn authed(connect: &str, user: &str) -> Session {
     Session::builder(connect)
@@ -239,13 +247,7 @@ async fn an_election_path_that_is_an_ephemeral_node_stops_every_recipe_with_a_re
     let zk = admin.client().unwrap();
     zk.mkdir(&root, &persistent()).await.unwrap();
     let path = format!("{root}/election");
-    zk.create(
-        &path,
-        b"",
-        &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
-    )
-    .await
-    .unwrap();
+    make(&zk, &path, CreateMode::Ephemeral, Acls::anyone_all()).await;
     // The path itself (the node's create is refused), and a path below it (its parent's is).
     every_recipe_is_refused(&s, &path, zookeeper_client::Error::NoChildrenForEphemerals).await;
     every_recipe_is_refused(
@@ -273,13 +275,7 @@ async fn a_path_the_session_may_not_use_stops_every_recipe_with_no_auth_and_leav
 
     // Read-only for everyone: the create is refused.
     let read_only = format!("{root}/read-only");
-    zk.create(
-        &read_only,
-        b"",
-        &CreateMode::Persistent.with_acls(Acls::anyone_read()),
-    )
-    .await
-    .unwrap();
+    make(&zk, &read_only, CreateMode::Persistent, Acls::anyone_read()).await;
     every_recipe_is_refused(&s, &read_only, zookeeper_client::Error::NoAuth).await;
     // A missing election path under it: the parent's create is refused.
     every_recipe_is_refused(
@@ -296,13 +292,7 @@ async fn a_path_the_session_may_not_use_stops_every_recipe_with_no_auth_and_leav
         Acl::new(Permission::CREATE | Permission::DELETE, AuthId::anyone()),
         Acl::new(Permission::ALL, AuthId::authed()),
     ];
-    zk.create(
-        &blind,
-        b"",
-        &CreateMode::Persistent.with_acls(Acls::new(&acl)),
-    )
-    .await
-    .unwrap();
+    make(&zk, &blind, CreateMode::Persistent, Acls::new(&acl)).await;
     every_recipe_is_refused(&s, &blind, zookeeper_client::Error::NoAuth).await;
     eventually(
         BOUND,
@@ -998,13 +988,7 @@ async fn a_chroot_that_does_not_exist_is_created_and_one_that_cannot_be_is_refus
     let blocker = testing::unique_path("chroot-blocker");
     zk.mkdir(&blocker, &persistent()).await.unwrap();
     let ephemeral = format!("{blocker}/ephemeral");
-    zk.create(
-        &ephemeral,
-        b"",
-        &CreateMode::Ephemeral.with_acls(Acls::anyone_all()),
-    )
-    .await
-    .unwrap();
+    make(&zk, &ephemeral, CreateMode::Ephemeral, Acls::anyone_all()).await;
     let refused = Session::builder(format!("{}{ephemeral}/app", server.connect_string()))
         .connection_timeout(Duration::from_secs(2))
         .connect()
@@ -1020,13 +1004,7 @@ async fn a_chroot_that_does_not_exist_is_created_and_one_that_cannot_be_is_refus
     }
     // Without permission to create it: the same.
     let read_only = format!("{blocker}/read-only");
-    zk.create(
-        &read_only,
-        b"",
-        &CreateMode::Persistent.with_acls(Acls::anyone_read()),
-    )
-    .await
-    .unwrap();
+    make(&zk, &read_only, CreateMode::Persistent, Acls::anyone_read()).await;
     let refused = Session::builder(format!("{}{read_only}/app", server.connect_string()))
         .connection_timeout(Duration::from_secs(2))
         .connect()
