@@ -888,12 +888,7 @@ async fn read_participants(
 pub async fn participants_on(session: &Session, path: &str) -> Result<Vec<Participant>> {
     path::validate_path(path)?;
     let (live, children) = list_for_participants(session, path).await?;
-    let lock_name = if path::sort_contenders(&children, path::LATCH_LOCK_NAME).is_empty() {
-        path::MUTEX_LOCK_NAME
-    } else {
-        path::LATCH_LOCK_NAME
-    };
-    read_participants(&live, path, &children, lock_name).await
+    read_participants(&live, path, &children, path::lock_name_for(&children)).await
 }
 
 /// The leader among `participants`, or Curator's dummy participant (empty id, not leader).

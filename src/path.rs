@@ -190,6 +190,33 @@ pub(crate) fn sort_contenders(children: &[String], lock_name: &str) -> Vec<Conte
     out
 }
 
+/// The lock name a path's contenders use, when nobody says: `latch-` if any child is a latch
+/// node, otherwise `lock-` (selectors and mutexes). Curator never mixes both under one path.
+pub(crate) fn lock_name_for(children: &[String]) -> &'static str {
+    if children
+        .iter()
+        .any(|c| sequence_of(c, LATCH_LOCK_NAME).is_some())
+    {
+        LATCH_LOCK_NAME
+    } else {
+        MUTEX_LOCK_NAME
+    }
+}
+
+/// Checks a lock name given by a caller: non-empty, and usable inside a node name.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when it is empty or contains `/`.
+pub(crate) fn validate_lock_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.contains('/') {
+        return Err(Error::InvalidArgument {
+            what: "lock name",
+            reason: "must be non-empty and must not contain '/'".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Where a node stands in the election.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Standing {
@@ -467,6 +494,23 @@ mod tests {
                 "_c_b-latch-0000000010"
             ]
         );
+    }
+
+    #[test]
+    fn lock_name_is_latch_if_any_child_is_a_latch_node() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            lock_name_for(&names(&["x", "_c_a-latch-0000000001"])),
+            LATCH_LOCK_NAME
+        );
+        assert_eq!(
+            lock_name_for(&names(&["_c_a-lock-0000000001"])),
+            MUTEX_LOCK_NAME
+        );
+        assert_eq!(lock_name_for(&[]), MUTEX_LOCK_NAME);
+        assert!(validate_lock_name("").is_err());
+        assert!(validate_lock_name("a/b").is_err());
+        assert!(validate_lock_name("latch-").is_ok());
     }
 
     #[test]
