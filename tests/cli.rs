@@ -12,18 +12,16 @@
 mod common;
 
 use std::ffi::OsStr;
-use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use common::zkr::{Line, Zkr, zkr};
 use common::{own_server, shared_server, zookeeper};
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
+use tokio::process::Command;
 use zookeeper_recipes::testing;
 
 /// The bound for things that should take milliseconds (an election, a process exit).
@@ -43,181 +41,7 @@ fn signed_ms(from: Instant, to: Instant) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Driving zkr
-
-/// One line zkr wrote, with the instant the test read it.
-#[derive(Debug, Clone)]
-struct Line {
-    at: Instant,
-    json: Value,
-}
-
-impl Line {
-    fn event(&self) -> &str {
-        self.json["event"].as_str().unwrap_or("")
-    }
-
-    fn str(&self, key: &str) -> &str {
-        self.json[key]
-            .as_str()
-            .unwrap_or_else(|| panic!("{key} is not a string in {}", self.json))
-    }
-
-    fn int(&self, key: &str) -> i64 {
-        self.json[key]
-            .as_i64()
-            .unwrap_or_else(|| panic!("{key} is not an integer in {}", self.json))
-    }
-}
-
-/// A running zkr: its event lines (stdout for `latch`, stderr for `run`/`lock`) as they come,
-/// and the other stream kept for failure messages.
-struct Zkr {
-    name: String,
-    child: Child,
-    pid: Pid,
-    events: mpsc::UnboundedReceiver<Line>,
-    other: Arc<Mutex<Vec<String>>>,
-    seen: Vec<Line>,
-}
-
-/// Which stream carries the events.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum EventsOn {
-    Stdout,
-    Stderr,
-}
-
-fn zkr(connect: &str) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zkr"));
-    c.arg("--connect")
-        .arg(connect)
-        .env_remove("ZK_CONNECT")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    c
-}
-
-/// Forwards the lines of `pipe`: JSON objects to `events`, anything else to `other`.
-fn read_lines(
-    pipe: impl AsyncRead + Unpin + Send + 'static,
-    events: Option<mpsc::UnboundedSender<Line>>,
-    other: Arc<Mutex<Vec<String>>>,
-) {
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(pipe).lines();
-        while let Ok(Some(text)) = lines.next_line().await {
-            let at = Instant::now();
-            match (&events, serde_json::from_str::<Value>(&text)) {
-                (Some(tx), Ok(json)) if json.get("event").is_some() => {
-                    let _ = tx.send(Line { at, json });
-                }
-                _ => other.lock().unwrap().push(text),
-            }
-        }
-    });
-}
-
-impl Zkr {
-    fn spawn(name: &str, mut cmd: Command, on: EventsOn) -> Zkr {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("zkr did not start");
-        let pid = Pid::from_raw(child.id().expect("zkr has a pid") as i32);
-        let (tx, events) = mpsc::unbounded_channel();
-        let other = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (out_tx, err_tx) = match on {
-            EventsOn::Stdout => (Some(tx), None),
-            EventsOn::Stderr => (None, Some(tx)),
-        };
-        read_lines(stdout, out_tx, Arc::clone(&other));
-        read_lines(stderr, err_tx, Arc::clone(&other));
-        Zkr {
-            name: name.to_owned(),
-            child,
-            pid,
-            events,
-            other,
-            seen: Vec::new(),
-        }
-    }
-
-    /// `zkr [--session-timeout T] latch PATH --id ID`.
-    fn latch(connect: &str, path: &str, id: &str, session_timeout: Option<&str>) -> Zkr {
-        let mut c = zkr(connect);
-        if let Some(t) = session_timeout {
-            c.args(["--session-timeout", t]);
-        }
-        c.args(["latch", path, "--id", id]);
-        Zkr::spawn(id, c, EventsOn::Stdout)
-    }
-
-    /// `zkr [global...] run|lock ARGS...` with events on stderr; CMD's stdout is discarded.
-    fn supervisor<S: AsRef<OsStr>>(connect: &str, name: &str, args: &[S]) -> Zkr {
-        let mut c = zkr(connect);
-        c.args(args);
-        Zkr::spawn(name, c, EventsOn::Stderr)
-    }
-
-    fn context(&self) -> String {
-        let seen: Vec<String> = self.seen.iter().map(|l| l.json.to_string()).collect();
-        format!(
-            "[{}] events so far:\n  {}\nother output:\n  {}",
-            self.name,
-            seen.join("\n  "),
-            self.other.lock().unwrap().join("\n  ")
-        )
-    }
-
-    /// The next event line, whatever it is.
-    async fn next(&mut self, within: Duration, what: &str) -> Line {
-        match tokio::time::timeout(within, self.events.recv()).await {
-            Ok(Some(line)) => {
-                self.seen.push(line.clone());
-                line
-            }
-            Ok(None) => panic!("{what}: zkr closed its output first\n{}", self.context()),
-            Err(_) => panic!("{what}: nothing within {within:?}\n{}", self.context()),
-        }
-    }
-
-    /// The next event named `event`, skipping others.
-    async fn wait_for(&mut self, event: &str, within: Duration, what: &str) -> Line {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let line = self.next(left, what).await;
-            if line.event() == event {
-                return line;
-            }
-        }
-    }
-
-    /// Every event line that has arrived by now, without waiting.
-    fn drain(&mut self) -> Vec<Line> {
-        let mut out = Vec::new();
-        while let Ok(line) = self.events.try_recv() {
-            self.seen.push(line.clone());
-            out.push(line);
-        }
-        out
-    }
-
-    async fn exit(&mut self, within: Duration, what: &str) -> ExitStatus {
-        match tokio::time::timeout(within, self.child.wait()).await {
-            Ok(status) => status.expect("waiting for zkr failed"),
-            Err(_) => panic!(
-                "{what}: zkr did not exit within {within:?}\n{}",
-                self.context()
-            ),
-        }
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill(self.pid, signal).expect("zkr can be signalled");
-    }
-}
+// Driving zkr (the `Zkr` child itself is in tests/common/zkr.rs)
 
 /// `zkr ARGS...` to completion: exit status and stdout.
 async fn zkr_output(connect: &str, args: &[&str]) -> (ExitStatus, String) {

@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod curator;
+pub mod zkr;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
