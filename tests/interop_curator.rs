@@ -22,7 +22,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::testing;
 use zookeeper_recipes::{
-    FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
+    FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver, LeaderSelector,
     LeaderSelectorListener, Leadership, Participant, Session, participants_on,
 };
 
@@ -1257,5 +1257,80 @@ async fn curator_selector_participants_show_rust_selector_ids() {
         peer.cmd("selector_close js1").await,
         "ok selector_close js1"
     );
+    peer.quit().await;
+}
+
+// --- 8. observing Curator's own elections ------------------------------------------------------
+
+/// Waits until the observer reports `id`; returns the report.
+async fn observed(observer: &LeaderObserver, id: &str) -> zookeeper_recipes::LeaderInfo {
+    let mut watch = observer.watch();
+    let what = format!("the observer to report {id}");
+    within(BOUND, &what, async {
+        watch
+            .wait_for(|l| l.as_ref().is_some_and(|l| l.id == id))
+            .await
+            .unwrap()
+            .clone()
+            .unwrap()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn observer_follows_curator_selectors_and_latches() {
+    if !common::curator::require_java() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let mut peer = CuratorPeer::spawn(connect, TIMEOUT).await;
+    let rust = session(connect, TIMEOUT).await;
+
+    // Curator selectors: `lock-` nodes (Curator queues them through its InterProcessMutex).
+    let selectors = testing::unique_path("observe-curator-selector");
+    let observer = LeaderObserver::new(&rust, &selectors).unwrap();
+    for (name, id) in [("s1", "java-s1"), ("s2", "java-s2")] {
+        assert_eq!(
+            peer.cmd(&format!("selector {name} {selectors} {id} false"))
+                .await,
+            format!("ok selector {name}")
+        );
+        let n = if name == "s1" { 1 } else { 2 };
+        eventually(BOUND, "the Curator selector to queue", || async {
+            (children(&rust, &selectors).await.len() == n).then_some(())
+        })
+        .await;
+    }
+    let first = observed(&observer, "java-s1").await;
+    assert!(first.node.contains("-lock-"), "{}", first.node);
+    assert_eq!(
+        java_leader(&mut peer, "selector", &selectors).await,
+        "java-s1"
+    );
+    assert_eq!(
+        peer.cmd("selector_release s1").await,
+        "ok selector_release s1"
+    );
+    let second = observed(&observer, "java-s2").await;
+    assert!(second.token > first.token);
+    assert_eq!(
+        java_leader(&mut peer, "selector", &selectors).await,
+        "java-s2"
+    );
+
+    // Curator latches: `latch-` nodes.
+    let latches = testing::unique_path("observe-curator-latch");
+    let latch_observer = LeaderObserver::new(&rust, &latches).unwrap();
+    java_latch(&mut peer, "l1", &latches, "java-l1").await;
+    java_latch(&mut peer, "l2", &latches, "java-l2").await;
+    let l1 = observed(&latch_observer, "java-l1").await;
+    assert!(l1.node.contains("-latch-"), "{}", l1.node);
+    java_close(&mut peer, "l1").await;
+    let l2 = observed(&latch_observer, "java-l2").await;
+    assert!(l2.token > l1.token);
+
+    observer.close().await.unwrap();
+    latch_observer.close().await.unwrap();
     peer.quit().await;
 }
