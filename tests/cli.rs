@@ -15,7 +15,7 @@ use std::ffi::OsStr;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{Line, Zkr, zkr};
+use common::zkr::{EventsOn, Line, Zkr, zkr};
 use common::{own_server, shared_server, zookeeper};
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -207,6 +207,69 @@ async fn latch_prints_leader_then_successor_leads_after_sigterm() {
         b.exit(BOUND, "the second latch after SIGINT").await.code(),
         Some(0)
     );
+}
+
+#[tokio::test]
+async fn watch_prints_each_leader_change_once_and_exits_0_on_sigterm() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-watch");
+
+    let mut watch = Zkr::spawn(
+        "watch",
+        {
+            let mut c = zkr(connect);
+            c.args(["watch", &path]);
+            c
+        },
+        EventsOn::Stdout,
+    );
+    let first = watch.next(BOUND, "zkr watch printed nothing").await;
+    assert_eq!(first.event(), "no_leader", "{}", first.json);
+    assert!(first.int("ts_ms") > 1_600_000_000_000, "{}", first.json);
+
+    let mut a = Zkr::latch(connect, &path, "a", None);
+    let a_led = a.wait_for("leader", BOUND, "latch a never led").await;
+    let seen_a = watch
+        .next(BOUND, "zkr watch did not print a's leadership")
+        .await;
+    assert_eq!(seen_a.event(), "leader", "{}", seen_a.json);
+    assert_eq!(seen_a.str("id"), "a");
+    assert_eq!(seen_a.int("token"), a_led.int("token"));
+    assert_eq!(seen_a.str("path"), a_led.str("path"));
+
+    let mut b = Zkr::latch(connect, &path, "b", None);
+    wait_children(&zk, &path, 2, "latch b did not join").await;
+    a.signal(Signal::SIGTERM);
+    let b_led = b.wait_for("leader", BOUND, "latch b never led").await;
+    let seen_b = watch
+        .next(BOUND, "zkr watch did not print b's leadership")
+        .await;
+    assert_eq!(seen_b.event(), "leader", "{}", seen_b.json);
+    assert_eq!(
+        (seen_b.str("id"), seen_b.int("token")),
+        ("b", b_led.int("token"))
+    );
+
+    b.signal(Signal::SIGTERM);
+    let none = watch.next(BOUND, "zkr watch did not print no_leader").await;
+    assert_eq!(none.event(), "no_leader", "{}", none.json);
+    for z in [&mut a, &mut b] {
+        assert_eq!(z.exit(BOUND, "a latch after SIGTERM").await.code(), Some(0));
+    }
+
+    watch.signal(Signal::SIGTERM);
+    assert_eq!(
+        watch.exit(BOUND, "zkr watch after SIGTERM").await.code(),
+        Some(0),
+        "{}",
+        watch.context()
+    );
+    assert!(watch.drain().is_empty(), "{}", watch.context());
 }
 
 #[tokio::test]

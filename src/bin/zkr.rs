@@ -6,6 +6,7 @@
 //!   latch PATH [--id ID]                         join a LeaderLatch, print its events (stdout)
 //!   participants PATH                            the election's participants, as a JSON array
 //!   leader PATH                                  the leader's id (an empty line when none)
+//!   watch PATH [--lock-name NAME]                follow who leads, print each change (stdout)
 //!   run PATH [--id ID] [--requeue] [--grace D] -- CMD [ARGS...]
 //!                                                run CMD while leader (LeaderSelector)
 //!   lock PATH [--timeout D] [--id ID] [--grace D] -- CMD [ARGS...]
@@ -18,8 +19,8 @@
 //! `ZKR_LOG=zookeeper_recipes=debug`).
 //!
 //! # Events
-//! One JSON object per line, flushed at once: on stdout for `latch`, on stderr for `run` and
-//! `lock` (whose stdout belongs to CMD).
+//! One JSON object per line, flushed at once: on stdout for `latch` and `watch`, on stderr for
+//! `run` and `lock` (whose stdout belongs to CMD).
 //!
 //! ```text
 //! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS}
@@ -29,6 +30,19 @@
 //! {"event":"cmd_signalled","signal":"SIGTERM|SIGKILL","reason":R,"ts_ms":MS} (run, lock)
 //! {"event":"cmd_exited","code":CODE,"ts_ms":MS}                           (run, lock)
 //! ```
+//!
+//! `watch` prints, for each change of leader (the first line says where things stand):
+//!
+//! ```text
+//! {"event":"leader","id":ID,"token":CZXID,"path":LEADER_NODE,"ts_ms":MS}
+//! {"event":"no_leader","ts_ms":MS}
+//! {"event":"state","state":"suspended|reconnected|lost|read_only","ts_ms":MS}
+//! ```
+//!
+//! A `state` line other than `reconnected` means the last leader line is unconfirmed until the
+//! next `reconnected` (the observer keeps it rather than guess; see
+//! `zookeeper_recipes::LeaderObserver`). The same leader is never printed twice in a row.
+//! SIGINT or SIGTERM ends `watch` with exit code 0.
 //!
 //! `TERM_END` is one of `suspended`, `lost`, `read_only`, `node_deleted`, `deadline_passed`,
 //! `closed`, `interrupted`. The `reason` of `cmd_signalled` is the `TERM_END` that ended the
@@ -68,8 +82,9 @@ use zookeeper_recipes::process::{
     self, CommandSpec, Outcome, ProcessError, ProcessEvent, ShimArgs, StopReason, SupervisedCommand,
 };
 use zookeeper_recipes::{
-    CloseMode, ConnectionState, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
-    Leadership, SelectorState, Session, SessionStatus, leader_of, participants_on,
+    CloseMode, ConnectionState, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver,
+    LeaderSelector, Leadership, ObserverEvent, SelectorState, Session, SessionStatus, leader_of,
+    participants_on,
 };
 
 /// The connect string when neither `--connect` nor `$ZK_CONNECT` is given.
@@ -117,6 +132,16 @@ enum Command {
         /// Election path (absolute, or a name under /election)
         #[arg(value_parser = parse_path)]
         path: String,
+    },
+    /// Follow who leads PATH without standing (a LeaderObserver); one JSON line per change
+    Watch {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+        /// The contenders' lock name: `latch-` (LeaderLatch) or `lock-` (LeaderSelector,
+        /// InterProcessMutex) [default: latch- if any child is a latch node, else lock-]
+        #[arg(long, value_name = "NAME")]
+        lock_name: Option<String>,
     },
     /// Run CMD while leader (a LeaderSelector); stop it the moment leadership is lost
     Run(RunArgs),
@@ -249,6 +274,9 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::Latch { path, id } => latch(&hosts, cli.session_timeout, path, id).await,
         Command::Participants { path } => participants(&hosts, cli.session_timeout, &path).await,
         Command::Leader { path } => leader(&hosts, cli.session_timeout, &path).await,
+        Command::Watch { path, lock_name } => {
+            watch(&hosts, cli.session_timeout, path, lock_name).await
+        }
         Command::Run(args) => run(&hosts, cli.session_timeout, args).await,
         Command::Lock(args) => lock(&hosts, cli.session_timeout, args).await,
         Command::Exec { .. } => Err(Fail("__exec is handled before the runtime starts".into())),
@@ -307,6 +335,15 @@ enum Event<'a> {
         state: &'a str,
         id: &'a str,
         path: Option<&'a str>,
+        ts_ms: u64,
+    },
+    NoLeader {
+        ts_ms: u64,
+    },
+    /// A `state` line of `watch`, which has no id and no node of its own.
+    #[serde(rename = "state")]
+    ObserverState {
+        state: &'a str,
         ts_ms: u64,
     },
     CmdStarted {
@@ -498,6 +535,66 @@ fn print_latch_event(
                 ts_ms: now_ms(),
             })
         }
+        _ => Ok(()),
+    }
+}
+
+async fn watch(
+    hosts: &str,
+    session_timeout: Duration,
+    path: String,
+    lock_name: Option<String>,
+) -> Result<ExitCode, Fail> {
+    let mut signals = Signals::new()?;
+    let session = connect(hosts, session_timeout).await?;
+    let mut builder = LeaderObserver::builder(&session, &path);
+    if let Some(lock_name) = lock_name {
+        builder = builder.lock_name(lock_name);
+    }
+    let observer = builder.start()?;
+    // Subscribed before the observer's task first runs: its first report is not missed.
+    let events = observer.events();
+    tokio::pin!(events);
+    let mut failure: Option<Fail> = None;
+    loop {
+        tokio::select! {
+            biased;
+            _ = signals.recv() => break,
+            event = events.next() => match event {
+                Some(event) => {
+                    if let Err(e) = print_observer_event(&event) {
+                        failure = Some(Fail(format!("cannot write to stdout: {e}")));
+                        break;
+                    }
+                }
+                None => {
+                    failure = Some(Fail("the observer stopped unexpectedly".into()));
+                    break;
+                }
+            },
+        }
+    }
+    observer.close().await?;
+    close_session(&session).await;
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn print_observer_event(event: &ObserverEvent) -> std::io::Result<()> {
+    match event {
+        ObserverEvent::Leader(leader) => Out::Stdout.emit(&Event::Leader {
+            id: &leader.id,
+            token: leader.token.get(),
+            path: &leader.node,
+            ts_ms: now_ms(),
+        }),
+        ObserverEvent::NoLeader => Out::Stdout.emit(&Event::NoLeader { ts_ms: now_ms() }),
+        ObserverEvent::State(state) => Out::Stdout.emit(&Event::ObserverState {
+            state: state.as_str(),
+            ts_ms: now_ms(),
+        }),
         _ => Ok(()),
     }
 }
