@@ -158,6 +158,8 @@ struct Term {
     epoch: u64,
     cancel: CancellationToken,
     reason: std::sync::OnceLock<TermEnd>,
+    /// When the term stopped being valid: set once, when it ends.
+    ended_at: std::sync::OnceLock<Instant>,
     /// The lease of the session that won the term: its deadline is the term's.
     lease: Arc<Lease>,
     session: Session,
@@ -202,6 +204,7 @@ impl Leadership {
                 epoch: live.epoch,
                 cancel: CancellationToken::new(),
                 reason: std::sync::OnceLock::new(),
+                ended_at: std::sync::OnceLock::new(),
                 lease: live.lease(),
                 session,
                 started: Instant::now(),
@@ -212,8 +215,22 @@ impl Leadership {
     /// Ends the term for `reason` (idempotent: the first reason stays). Only the contender core
     /// calls this.
     pub(crate) fn end(&self, reason: TermEnd) {
+        // Before the cancel, so that whoever sees the term ended also sees when. A term whose
+        // deadline passed before anyone noticed (a frozen process) was valid only until then.
+        let _ = self
+            .inner
+            .ended_at
+            .set(Instant::now().min(self.inner.lease.safe_until()));
         let _ = self.inner.reason.set(reason);
         self.inner.cancel.cancel();
+    }
+
+    /// The instant the term stopped being valid, once it has ended: when it was ended, or its
+    /// deadline if that passed first (a process frozen past its session ends its term only when
+    /// it runs again, but [`is_valid`](Self::is_valid) was false from the deadline on). For
+    /// histories of terms: a successor's term never starts before this instant.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.inner.ended_at.get().copied()
     }
 
     /// Why the term ended, once it has.
