@@ -115,6 +115,61 @@ pub async fn children(session: &Session, path: &str) -> Vec<String> {
     }
 }
 
+/// Records every item of a stream (a recipe's events) with the instant it arrived, from a task
+/// of its own, for tests that look at the whole history afterwards.
+pub struct Recording<T>(pub std::sync::Arc<std::sync::Mutex<Vec<(T, Instant)>>>);
+
+impl<T> Clone for Recording<T> {
+    fn clone(&self) -> Self {
+        Recording(std::sync::Arc::clone(&self.0))
+    }
+}
+
+impl<T: Clone + Send + 'static> Recording<T> {
+    /// Starts recording `stream`.
+    pub fn of(stream: impl futures::Stream<Item = T> + Send + 'static) -> Self {
+        let rec = Recording(std::sync::Arc::default());
+        let sink = rec.clone();
+        let mut stream = Box::pin(stream);
+        tokio::spawn(async move {
+            while let Some(item) = stream.next().await {
+                sink.0.lock().unwrap().push((item, Instant::now()));
+            }
+        });
+        rec
+    }
+
+    /// What was recorded so far, in order.
+    pub fn items(&self) -> Vec<T> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Waits until an item maps to `Some` under `find`, at most `bound`; returns it and when it
+    /// arrived.
+    pub async fn wait_for<R>(
+        &self,
+        bound: Duration,
+        what: &str,
+        find: impl Fn(&T) -> Option<R>,
+    ) -> (R, Instant) {
+        eventually(bound, what, || {
+            let hit = self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|(t, at)| find(t).map(|r| (r, *at)));
+            async move { hit }
+        })
+        .await
+    }
+}
+
 /// Records every state change of a session with the instant it was observed.
 pub struct StateRecorder {
     rx: mpsc::UnboundedReceiver<(SessionStatus, Instant)>,
