@@ -84,6 +84,7 @@
 //! | `autoRequeue()`, `requeue()`, `interruptLeadership()` | [`LeaderSelectorBuilder::auto_requeue`], [`LeaderSelector::requeue`], [`LeaderSelector::interrupt_leadership`] |
 //! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] token |
 //! | (none; client-go's `OnNewLeader`, etcd's `Election.Observe`) | [`LeaderObserver`] |
+//! | (none; sharded controllers, Helix-style partition leaders) | [`LeaderPool`] |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
 //! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
 //! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`] |
@@ -121,9 +122,9 @@ pub use contender::{Participant, TermEnd, leader_of, participants_on};
 pub use error::{Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};
 pub use leader::{
-    BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder, LeaderObserver,
-    LeaderObserverBuilder, LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener,
-    ObserverEvent, SelectorState,
+    Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,
+    LeaderObserver, LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector,
+    LeaderSelectorBuilder, LeaderSelectorListener, ObserverEvent, PoolEvent, SelectorState,
 };
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};

@@ -1,13 +1,17 @@
 //! Leader election: [`LeaderLatch`] (stay in the election, lead while first) and
 //! [`LeaderSelector`] (run a closure while leader), both on the one contender core;
-//! [`LeaderObserver`] (follow who leads without standing).
+//! [`LeaderObserver`] (follow who leads without standing); [`LeaderPool`] (many jobs spread
+//! evenly over the replicas, one latch per job).
 
+mod feed;
 pub mod latch;
 pub mod observer;
+pub mod pool;
 pub mod selector;
 
 pub use latch::{CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder};
 pub use observer::{LeaderInfo, LeaderObserver, LeaderObserverBuilder, ObserverEvent};
+pub use pool::{Assignment, LeaderPool, LeaderPoolBuilder, PoolEvent};
 pub use selector::{
     BoxError, LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener, SelectorState,
 };

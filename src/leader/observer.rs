@@ -11,8 +11,9 @@ use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::leader::feed::{Change, Feed, classify, log_state, until_done};
 use crate::path;
-use crate::session::{Live, Session, SessionStatus, hex, is_transient, retry_backoff};
+use crate::session::{Live, Session, SessionStatus, hex};
 use crate::state::ConnectionState;
 
 /// Who leads an election path: what a [`LeaderObserver`] reports.
@@ -213,25 +214,10 @@ impl LeaderObserver {
     /// and the observer's connection states. The stream ends when the observer is closed. A listener more than 256 events
     /// behind skips the ones it missed; [`watch`](Self::watch) always has the latest.
     pub fn events(&self) -> impl Stream<Item = ObserverEvent> + Send + 'static {
-        let mut rx = self.shared.events_tx.subscribe();
-        let mut done = self.shared.done_tx.subscribe();
-        async_stream::stream! {
-            loop {
-                tokio::select! {
-                    r = rx.recv() => match r {
-                        Ok(event) => yield event,
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    },
-                    _ = async { let _ = done.wait_for(|d| *d).await; } => {
-                        while let Ok(event) = rx.try_recv() {
-                            yield event;
-                        }
-                        break;
-                    }
-                }
-            }
-        }
+        until_done(
+            self.shared.events_tx.subscribe(),
+            self.shared.done_tx.subscribe(),
+        )
     }
 
     /// Stops observing: the watch is removed and [`events`](Self::events) ends. Waits at most the
@@ -312,11 +298,15 @@ enum Wake {
 }
 
 async fn run(shared: std::sync::Arc<Shared>) {
-    let mut feed = shared.session.subscribe_changes();
+    let mut feed = Feed::new(&shared.session);
     let mut memory = Memory::default();
     let mut failures = 0u32;
     'session: loop {
-        let Some(live) = wait_readable(&shared, &mut feed).await else {
+        let seen = |status: &SessionStatus| {
+            shared.confirmed.store(false, Ordering::Release);
+            report_state(&shared, status);
+        };
+        let Some(live) = feed.wait_readable(&shared.stop, seen).await else {
             break;
         };
         loop {
@@ -338,16 +328,18 @@ async fn run(shared: std::sync::Arc<Shared>) {
                     }
                     shared.confirmed.store(false, Ordering::Release);
                     failures = failures.saturating_add(1);
-                    if is_transient(&e) {
-                        debug!(error = %e, "look interrupted; waiting for the connection");
-                    } else {
-                        warn!(error = %e, "could not look at the election path");
-                    }
-                    let pause = retry_backoff(failures, shared.session.connection_timeout());
-                    tokio::select! {
-                        _ = shared.stop.cancelled() => break 'session,
-                        _ = tokio::time::sleep(pause) => {}
-                        status = next_status(&shared, &mut feed) => if status.closed { break 'session },
+                    let seen = |status: &SessionStatus| report_state(&shared, status);
+                    if !feed
+                        .pause_after(
+                            "looking at the election path",
+                            &e,
+                            failures,
+                            &shared.stop,
+                            seen,
+                        )
+                        .await
+                    {
+                        break 'session;
                     }
                     continue 'session;
                 }
@@ -393,59 +385,11 @@ fn publish(shared: &Shared, memory: &mut Memory, leader: Option<LeaderInfo>, ses
     memory.reported = leader;
 }
 
-/// The next status change, reported as an event as it passes.
-async fn next_status(
-    shared: &Shared,
-    feed: &mut broadcast::Receiver<SessionStatus>,
-) -> SessionStatus {
-    let status = match feed.recv().await {
-        Ok(status) => status,
-        Err(broadcast::error::RecvError::Lagged(_)) => shared.session.status(),
-        Err(broadcast::error::RecvError::Closed) => {
-            let mut status = shared.session.status();
-            status.closed = true;
-            status
-        }
-    };
-    if let Some(state) = status.state {
-        match state {
-            ConnectionState::Suspended | ConnectionState::Lost | ConnectionState::ReadOnly => {
-                warn!(state = %state, "connection state changed; the last report is unconfirmed")
-            }
-            _ => debug!(state = %state, "connection state changed"),
-        }
+/// Reports a connection change as an event.
+fn report_state(shared: &Shared, status: &SessionStatus) {
+    log_state(status, |state| {
         let _ = shared.events_tx.send(ObserverEvent::State(state));
-    }
-    status
-}
-
-/// Waits until the session can serve reads that reach the quorum's state (`Connected` or
-/// `Reconnected`); `None` when stopped or closed.
-async fn wait_readable(
-    shared: &Shared,
-    feed: &mut broadcast::Receiver<SessionStatus>,
-) -> Option<Live> {
-    loop {
-        if shared.stop.is_cancelled() {
-            return None;
-        }
-        let status = shared.session.status();
-        if status.closed {
-            return None;
-        }
-        if matches!(
-            status.state,
-            Some(ConnectionState::Connected | ConnectionState::Reconnected)
-        ) && let Ok(live) = shared.session.live()
-        {
-            return Some(live);
-        }
-        shared.confirmed.store(false, Ordering::Release);
-        tokio::select! {
-            _ = shared.stop.cancelled() => return None,
-            status = next_status(shared, feed) => if status.closed { return None },
-        }
-    }
+    });
 }
 
 /// Lists the path and sets the one watch: on the first contender's node (its data and stat
@@ -545,7 +489,7 @@ async fn look(
 /// Waits for the look's watch or a connection change.
 async fn wait(
     shared: &Shared,
-    feed: &mut broadcast::Receiver<SessionStatus>,
+    feed: &mut Feed,
     live: &Live,
     look: Look,
     memory: &mut Memory,
@@ -568,20 +512,17 @@ async fn wait(
                     _ => Wake::Look,
                 };
             }
-            status = next_status(shared, feed) => {
+            status = feed.next() => {
+                report_state(shared, &status);
                 if status.closed {
                     return Wake::Stop;
                 }
-                match status.state {
+                match classify(&status, live.epoch) {
                     // The watch survives a reconnect within the session; look again anyway to
                     // catch up.
-                    Some(ConnectionState::Reconnected | ConnectionState::Connected)
-                        if status.epoch == live.epoch => return Wake::Look,
-                    Some(ConnectionState::Suspended | ConnectionState::ReadOnly)
-                        if status.epoch == live.epoch => {
-                        shared.confirmed.store(false, Ordering::Release);
-                    }
-                    _ => {
+                    Change::Reconnected => return Wake::Look,
+                    Change::Interrupted => shared.confirmed.store(false, Ordering::Release),
+                    Change::SessionGone => {
                         shared.confirmed.store(false, Ordering::Release);
                         return Wake::Reconnect;
                     }

@@ -173,6 +173,15 @@ impl Zkr {
         out
     }
 
+    /// Every event line zkr wrote, once its output has ended (after it exited).
+    pub async fn all_lines(&mut self, within: Duration) -> Vec<Line> {
+        let deadline = tokio::time::Instant::now() + within;
+        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.events.recv()).await {
+            self.seen.push(line);
+        }
+        self.seen.clone()
+    }
+
     pub async fn exit(&mut self, within: Duration, what: &str) -> ExitStatus {
         match tokio::time::timeout(within, self.child.wait()).await {
             Ok(status) => status.expect("waiting for zkr failed"),

@@ -1,0 +1,986 @@
+#![doc = include_str!("../../recipes/leader-pool.md")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, instrument, warn};
+use zookeeper_client::OneshotWatcher;
+
+use crate::contender::{self, TermEnd};
+use crate::error::{Error, Result};
+use crate::fencing::{FencedOp, Leadership};
+use crate::leader::feed::{Change, Feed, classify, log_state, until_done};
+use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
+use crate::path::{self, LATCH_LOCK_NAME};
+use crate::session::{Live, Session, SessionStatus, hex, retry_backoff};
+use crate::state::{ConnectionState, ErrorPolicy};
+
+/// The child of the pool root under which every replica holds its membership latch.
+pub const MEMBERS: &str = "members";
+/// The child of the pool root that holds the coordinator's assignment (JSON).
+pub const ASSIGNMENT: &str = "assignment";
+/// The child of the pool root under which each job has its election path.
+pub const JOBS: &str = "jobs";
+
+/// Which replica leads which job, as the pool's coordinator wrote it.
+///
+/// Stored as JSON in `<root>/assignment`:
+/// `{"members":["replica-1","replica-2"],"jobs":{"billing":"replica-1","mail":"replica-2"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Assignment {
+    /// The live members the coordinator saw, in the order they joined.
+    pub members: Vec<String>,
+    /// Job name → the member id that stands for it.
+    pub jobs: BTreeMap<String, String>,
+}
+
+impl Assignment {
+    /// The jobs assigned to `member`, in name order.
+    pub fn jobs_of(&self, member: &str) -> Vec<&str> {
+        self.jobs
+            .iter()
+            .filter(|(_, owner)| *owner == member)
+            .map(|(job, _)| job.as_str())
+            .collect()
+    }
+}
+
+/// The balancing rule: a balanced assignment of `jobs` over `members` (in join order) that
+/// moves as few jobs as possible away from `previous`.
+///
+/// 1. Every job keeps its previous owner if that owner is still a member.
+/// 2. With `n` members and `j` jobs, every member's quota is `j / n`; the `j % n` members that
+///    keep the most jobs (ties: the earliest to join) get one more.
+/// 3. A member keeping more than its quota gives up the excess (its jobs last in name order).
+/// 4. Jobs without an owner (new, owner gone, given up) go, in name order, to the members under
+///    their quota, in join order.
+///
+/// Every member ends with its quota, so nobody leads more than `ceil(j / n)`, and a job moves
+/// only if its owner left or was over its new quota: a join moves exactly the new member's
+/// share, a departure exactly the departed member's jobs.
+pub(crate) fn rebalance(
+    jobs: &[String],
+    members: &[String],
+    previous: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if members.is_empty() {
+        return out;
+    }
+    let jobs: BTreeSet<&String> = jobs.iter().collect();
+    let mut kept: BTreeMap<&str, Vec<&String>> =
+        members.iter().map(|m| (m.as_str(), Vec::new())).collect();
+    let mut orphans: Vec<&String> = Vec::new();
+    for job in &jobs {
+        match previous
+            .get(*job)
+            .and_then(|owner| kept.get_mut(owner.as_str()))
+        {
+            Some(list) => list.push(job),
+            None => orphans.push(job),
+        }
+    }
+    let base = jobs.len() / members.len();
+    let extra = jobs.len() % members.len();
+    // Who gets the `extra` bigger quotas: those keeping the most, then the earliest joined.
+    let mut ranked: Vec<(usize, &str)> = members.iter().map(|m| m.as_str()).enumerate().collect();
+    ranked.sort_by_key(|&(joined, m)| (std::cmp::Reverse(kept.get(m).map_or(0, Vec::len)), joined));
+    let quota: BTreeMap<&str, usize> = ranked
+        .iter()
+        .enumerate()
+        .map(|(rank, &(_, m))| (m, base + usize::from(rank < extra)))
+        .collect();
+    for member in members {
+        let member = member.as_str();
+        let q = quota.get(member).copied().unwrap_or(base);
+        if let Some(list) = kept.get_mut(member)
+            && list.len() > q
+        {
+            orphans.extend(list.drain(q..));
+        }
+    }
+    orphans.sort();
+    let mut orphans = orphans.into_iter();
+    for member in members {
+        let member = member.as_str();
+        let q = quota.get(member).copied().unwrap_or(base);
+        let list = kept.entry(member).or_default();
+        while list.len() < q {
+            match orphans.next() {
+                Some(job) => list.push(job),
+                None => break,
+            }
+        }
+    }
+    for (member, list) in kept {
+        for job in list {
+            out.insert(job.clone(), member.to_owned());
+        }
+    }
+    out
+}
+
+/// How many jobs change owner between two assignments (jobs only in `after` count as moves).
+pub(crate) fn moves(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) -> usize {
+    after
+        .iter()
+        .filter(|(job, owner)| before.get(*job) != Some(*owner))
+        .count()
+}
+
+/// What a [`LeaderPool`] reports through [`LeaderPool::events`], in order per job.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum PoolEvent {
+    /// This replica began a term for `job`.
+    Leader {
+        /// The job.
+        job: String,
+        /// The term: its own token and cancellation.
+        term: Leadership,
+    },
+    /// This replica's term for `job` ended (released to its new assignee, or lost).
+    NotLeader {
+        /// The job.
+        job: String,
+        /// The term that ended ([`Leadership::ended_at`] says when it stopped being valid).
+        term: Leadership,
+        /// Why it ended ([`TermEnd::Closed`] for a release).
+        reason: TermEnd,
+    },
+    /// This replica read a new assignment.
+    Assignment(Assignment),
+    /// The session's connection state changed.
+    State(ConnectionState),
+}
+
+/// Builds and starts a [`LeaderPool`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `start` is called"]
+pub struct LeaderPoolBuilder {
+    session: Session,
+    root: String,
+    id: Option<String>,
+    jobs: Vec<String>,
+    policy: ErrorPolicy,
+}
+
+impl LeaderPoolBuilder {
+    /// This replica's id: its membership and every job node carry it. Ids must be unique in the
+    /// pool: a replica restarted under the same id is the same member (it stands for the same
+    /// jobs at once). Default: `<hostname>-<pid>-<8 hex digits>`.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The jobs (one election path each, `<root>/jobs/<job>`). Every replica of a pool must be
+    /// given the same set; the coordinator's set is the one assigned.
+    pub fn jobs<I, S>(mut self, jobs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.jobs = jobs.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Which connection states end a job's term (default [`ErrorPolicy::Standard`]).
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Validates the settings, joins the pool's membership and follows the assignment in the
+    /// background; returns at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPath`] for an unusable root or a job name that is not a single path
+    /// segment, [`Error::InvalidArgument`] for an empty id, no jobs or a job given twice,
+    /// [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is sent before the returned pool exists.
+    pub async fn start(self) -> Result<LeaderPool> {
+        path::validate_path(&self.root)?;
+        let id = self.id.unwrap_or_else(contender::default_participant_id);
+        path::validate_id(&id)?;
+        if self.jobs.is_empty() {
+            return Err(Error::InvalidArgument {
+                what: "jobs",
+                reason: "a pool needs at least one job".into(),
+            });
+        }
+        let mut seen = BTreeSet::new();
+        for job in &self.jobs {
+            validate_job(&self.root, job)?;
+            if !seen.insert(job) {
+                return Err(Error::InvalidArgument {
+                    what: "jobs",
+                    reason: format!("job {job:?} is given twice"),
+                });
+            }
+        }
+        if self.session.status().closed {
+            return Err(Error::Closed);
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let members = LeaderLatch::builder(&self.session, path::join(&self.root, MEMBERS))
+            .id(id.clone())
+            .error_policy(self.policy)
+            .start()
+            .await?;
+        let (assignment_tx, _) = watch::channel(None);
+        let (coordinator_tx, _) = watch::channel(false);
+        let (events_tx, _) = broadcast::channel(1024);
+        let (done_tx, _) = watch::channel(false);
+        let terms = self
+            .jobs
+            .iter()
+            .map(|job| (job.clone(), watch::channel(None).0))
+            .collect();
+        let shared = Arc::new(Shared {
+            session: self.session,
+            root: self.root,
+            id,
+            jobs: self.jobs,
+            policy: self.policy,
+            stop: CancellationToken::new(),
+            terms,
+            assignment_tx,
+            coordinator_tx,
+            events_tx,
+            done_tx,
+        });
+        let members = Arc::new(members);
+        let span = info_span!(parent: None, "pool", root = %shared.root, id = %shared.id);
+        let follower = runtime.spawn(follow(Arc::clone(&shared)).instrument(span.clone()));
+        let coordinator =
+            runtime.spawn(coordinate(Arc::clone(&shared), Arc::clone(&members)).instrument(span));
+        Ok(LeaderPool {
+            shared,
+            members,
+            tasks: Mutex::new(vec![follower, coordinator]),
+        })
+    }
+}
+
+/// Checks a job name: one path segment under `<root>/jobs`.
+fn validate_job(root: &str, job: &str) -> Result<()> {
+    if job.contains('/') {
+        return Err(Error::InvalidPath {
+            path: job.to_owned(),
+            reason: "a job name is one path segment (no '/')",
+        });
+    }
+    path::validate_path(&job_path(root, job))
+}
+
+fn job_path(root: &str, job: &str) -> String {
+    format!("{root}/{JOBS}/{job}")
+}
+
+struct Shared {
+    session: Session,
+    root: String,
+    id: String,
+    jobs: Vec<String>,
+    policy: ErrorPolicy,
+    stop: CancellationToken,
+    terms: BTreeMap<String, watch::Sender<Option<Leadership>>>,
+    assignment_tx: watch::Sender<Option<Assignment>>,
+    coordinator_tx: watch::Sender<bool>,
+    events_tx: broadcast::Sender<PoolEvent>,
+    done_tx: watch::Sender<bool>,
+}
+
+/// Sharded leadership: many singleton jobs spread evenly over the replicas of a service.
+///
+/// Each replica is a member of the pool; a coordinator (the leader of the membership latch)
+/// assigns every job to one member so that nobody leads more than `ceil(jobs / members)`, and
+/// each member stands (with a normal [`LeaderLatch`]) only for its jobs. Each job's term is a
+/// normal [`Leadership`] with its own token, deadline and cancellation. See the
+/// [module docs](self) for the protocol, the balancing rule and the faults.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(session: zookeeper_recipes::Session) -> zookeeper_recipes::Result<()> {
+/// use futures::StreamExt;
+/// use zookeeper_recipes::{LeaderPool, PoolEvent};
+///
+/// let pool = LeaderPool::builder(&session, "/pools/statements")
+///     .id("replica-1")
+///     .jobs(["billing", "mail", "reports"])
+///     .start()
+///     .await?;
+/// let mut events = Box::pin(pool.events());
+/// while let Some(event) = events.next().await {
+///     if let PoolEvent::Leader { job, term } = event {
+///         tokio::spawn(async move {
+///             while term.is_valid() {
+///                 // ... one step of `job`, writes fenced with term.token() ...
+/// #               break;
+///             }
+///             let _ = job;
+///         });
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Curator
+/// No Curator recipe does this; it is built from `LeaderLatch`es (one for membership and
+/// coordination, one per job), so every job path is an ordinary latch path that Curator's
+/// `getParticipants()` can read.
+pub struct LeaderPool {
+    shared: Arc<Shared>,
+    members: Arc<LeaderLatch>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for LeaderPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderPool")
+            .field("root", &self.shared.root)
+            .field("id", &self.shared.id)
+            .field("leading", &self.leading())
+            .finish()
+    }
+}
+
+impl Drop for LeaderPool {
+    fn drop(&mut self) {
+        // The follower closes the job latches; the membership latch goes with `members`.
+        self.shared.stop.cancel();
+    }
+}
+
+impl LeaderPool {
+    /// A builder for a pool under `root` (absolute, e.g. `/pools/statements`).
+    pub fn builder(session: &Session, root: impl Into<String>) -> LeaderPoolBuilder {
+        LeaderPoolBuilder {
+            session: session.clone(),
+            root: root.into(),
+            id: None,
+            jobs: Vec::new(),
+            policy: ErrorPolicy::default(),
+        }
+    }
+
+    /// This replica's id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// The pool root.
+    pub fn root(&self) -> &str {
+        &self.shared.root
+    }
+
+    /// The jobs this replica was configured with.
+    pub fn jobs(&self) -> &[String] {
+        &self.shared.jobs
+    }
+
+    /// The election path of `job`: `<root>/jobs/<job>`.
+    pub fn job_path(&self, job: &str) -> String {
+        job_path(&self.shared.root, job)
+    }
+
+    /// Whether this replica leads `job` right now (a valid term).
+    pub fn is_leading(&self, job: &str) -> bool {
+        self.leadership(job).is_some_and(|t| t.is_valid())
+    }
+
+    /// The current term of `job`, if this replica leads it.
+    pub fn leadership(&self, job: &str) -> Option<Leadership> {
+        self.shared
+            .terms
+            .get(job)
+            .and_then(|tx| tx.borrow().clone())
+            .filter(|t| !t.has_ended())
+    }
+
+    /// A watch of this replica's term for `job` (`Some` while leading); `None` for an unknown
+    /// job.
+    pub fn watch_job(&self, job: &str) -> Option<watch::Receiver<Option<Leadership>>> {
+        self.shared.terms.get(job).map(watch::Sender::subscribe)
+    }
+
+    /// The jobs this replica leads right now, in name order.
+    pub fn leading(&self) -> Vec<String> {
+        self.shared
+            .jobs
+            .iter()
+            .filter(|job| self.is_leading(job))
+            .cloned()
+            .collect()
+    }
+
+    /// A watch of the assignment this replica last read (`None` before the first).
+    pub fn assignment(&self) -> watch::Receiver<Option<Assignment>> {
+        self.shared.assignment_tx.subscribe()
+    }
+
+    /// Whether this replica is the pool's coordinator (leads the membership latch).
+    pub fn is_coordinator(&self) -> bool {
+        *self.shared.coordinator_tx.borrow()
+    }
+
+    /// Every job's leader and not-leader events, new assignments and connection states, from
+    /// now on. The stream ends when the pool is closed, after the last job's `NotLeader`. A
+    /// listener more than 1024 events behind skips the ones it missed.
+    pub fn events(&self) -> impl Stream<Item = PoolEvent> + Send + 'static {
+        until_done(
+            self.shared.events_tx.subscribe(),
+            self.shared.done_tx.subscribe(),
+        )
+    }
+
+    /// Leaves the pool gracefully: gives up membership first (the coordinator reassigns this
+    /// replica's jobs and their new owners queue for them), waits until the assignment no longer
+    /// names this replica (at most the session's connection timeout), then releases every job
+    /// (each successor is elected at once) and stops.
+    ///
+    /// # Errors
+    /// None today.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: if the future is dropped, dropping the pool (or the stop that
+    /// `close` has already begun) still releases every job and deletes every node in the
+    /// background.
+    #[instrument(skip_all, fields(root = %self.shared.root, id = %self.shared.id))]
+    pub async fn close(&self) -> Result<()> {
+        self.members.close().await?;
+        let id = self.shared.id.clone();
+        let mut assignment = self.shared.assignment_tx.subscribe();
+        // Someone else is there to take the jobs over: wait for the assignment that says who.
+        let others = assignment
+            .borrow()
+            .as_ref()
+            .is_some_and(|a| a.members.iter().any(|m| *m != id));
+        let handed_over =
+            assignment.wait_for(|a| a.as_ref().is_none_or(|a| a.jobs_of(&id).is_empty()));
+        if others
+            && tokio::time::timeout(self.shared.session.connection_timeout(), handed_over)
+                .await
+                .is_err()
+        {
+            debug!("no assignment without this replica in time; releasing anyway");
+        }
+        self.shared.stop.cancel();
+        let tasks = self
+            .tasks
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
+        for task in tasks {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+}
+
+/// Publishes a job's term (or its end) to its watch and the event stream. `last` is the term
+/// this latch reported last.
+fn forward(shared: &Shared, job: &str, event: LatchEvent, last: &mut Option<Leadership>) {
+    let Some(tx) = shared.terms.get(job) else {
+        return;
+    };
+    match event {
+        LatchEvent::Leader(term) => {
+            info!(job, token = %term.token(), node = %term.path(), "leading job");
+            tx.send_replace(Some(term.clone()));
+            *last = Some(term.clone());
+            let _ = shared.events_tx.send(PoolEvent::Leader {
+                job: job.to_owned(),
+                term,
+            });
+        }
+        LatchEvent::NotLeader { token, reason } => {
+            info!(job, %token, %reason, "no longer leading job");
+            let Some(term) = last.take().filter(|t| t.token() == token) else {
+                return;
+            };
+            // A newer latch of the same job may already have reported its term.
+            tx.send_if_modified(|t| {
+                let ours = t.as_ref().is_some_and(|t| t.token() == token);
+                if ours {
+                    *t = None;
+                }
+                ours
+            });
+            let _ = shared.events_tx.send(PoolEvent::NotLeader {
+                job: job.to_owned(),
+                term,
+                reason,
+            });
+        }
+        _ => {}
+    }
+}
+
+fn report_state(shared: &Shared, status: &SessionStatus) {
+    log_state(status, |state| {
+        let _ = shared.events_tx.send(PoolEvent::State(state));
+    });
+}
+
+/// The job latches this replica holds, and the releases still deleting their nodes.
+struct Stands {
+    latches: BTreeMap<String, LeaderLatch>,
+    releasing: JoinSet<()>,
+    forwarders: JoinSet<()>,
+}
+
+impl Stands {
+    /// Stands for the jobs `assignment` gives this replica and releases the others.
+    async fn apply(&mut self, shared: &Arc<Shared>, assignment: &Assignment) {
+        let mine: BTreeSet<&str> = shared
+            .jobs
+            .iter()
+            .map(String::as_str)
+            .filter(|job| assignment.jobs.get(*job) == Some(&shared.id))
+            .collect();
+        let release: Vec<String> = self
+            .latches
+            .keys()
+            .filter(|job| !mine.contains(job.as_str()))
+            .cloned()
+            .collect();
+        for job in release {
+            if let Some(latch) = self.latches.remove(&job) {
+                let to = assignment.jobs.get(&job).map_or("nobody", String::as_str);
+                info!(job, to, "releasing job to its new assignee");
+                self.releasing.spawn(async move {
+                    let _ = latch.close().await;
+                });
+            }
+        }
+        for job in mine {
+            if self.latches.contains_key(job) || shared.stop.is_cancelled() {
+                continue;
+            }
+            let started = LeaderLatch::builder(&shared.session, job_path(&shared.root, job))
+                .id(shared.id.clone())
+                .close_mode(CloseMode::NotifyLeader)
+                .error_policy(shared.policy)
+                .start()
+                .await;
+            match started {
+                Ok(latch) => {
+                    info!(job, "standing for job");
+                    let events = latch.events();
+                    let shared = Arc::clone(shared);
+                    let job_name = job.to_owned();
+                    self.forwarders.spawn(async move {
+                        let mut events = Box::pin(events);
+                        let mut last = None;
+                        while let Some(event) = events.next().await {
+                            forward(&shared, &job_name, event, &mut last);
+                        }
+                    });
+                    self.latches.insert(job.to_owned(), latch);
+                }
+                Err(e) => warn!(job, error = %e, "could not stand for job"),
+            }
+        }
+    }
+
+    /// Releases every job and waits until all nodes are deleted and all events forwarded.
+    async fn release_all(mut self) {
+        for (_, latch) in std::mem::take(&mut self.latches) {
+            self.releasing.spawn(async move {
+                let _ = latch.close().await;
+            });
+        }
+        while self.releasing.join_next().await.is_some() {}
+        while self.forwarders.join_next().await.is_some() {}
+    }
+}
+
+/// The follower: reads the assignment (watching it) and stands for this replica's jobs.
+async fn follow(shared: Arc<Shared>) {
+    let mut feed = Feed::new(&shared.session);
+    let mut stands = Stands {
+        latches: BTreeMap::new(),
+        releasing: JoinSet::new(),
+        forwarders: JoinSet::new(),
+    };
+    let mut failures = 0u32;
+    'session: loop {
+        let seen = |status: &SessionStatus| report_state(&shared, status);
+        let Some(live) = feed.wait_readable(&shared.stop, seen).await else {
+            break;
+        };
+        loop {
+            // Reap finished releases as we go.
+            while stands.releasing.try_join_next().is_some() {}
+            let read = tokio::select! {
+                biased;
+                _ = shared.stop.cancelled() => break 'session,
+                read = read_assignment(&live, &shared.root) => read,
+            };
+            let (assignment, watcher) = match read {
+                Ok(read) => {
+                    failures = 0;
+                    read
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let seen = |status: &SessionStatus| report_state(&shared, status);
+                    if !feed
+                        .pause_after("reading the assignment", &e, failures, &shared.stop, seen)
+                        .await
+                    {
+                        break 'session;
+                    }
+                    continue 'session;
+                }
+            };
+            // No assignment (yet, or deleted): keep what we stand for until the coordinator
+            // writes one; releasing everything would only make jobs leaderless meanwhile.
+            if let Some(assignment) = assignment {
+                let changed = shared.assignment_tx.send_if_modified(|a| {
+                    let changed = a.as_ref() != Some(&assignment);
+                    if changed {
+                        *a = Some(assignment.clone());
+                    }
+                    changed
+                });
+                if changed {
+                    info!(mine = ?assignment.jobs_of(&shared.id), members = assignment.members.len(),
+                        session_id = %hex(live.session_id), "read a new assignment");
+                    let _ = shared
+                        .events_tx
+                        .send(PoolEvent::Assignment(assignment.clone()));
+                }
+                stands.apply(&shared, &assignment).await;
+            }
+            let mut watch = Box::pin(watcher.changed());
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = shared.stop.cancelled() => break 'session,
+                    event = &mut watch => {
+                        debug!(event = ?event.event_type, "assignment watch fired");
+                        break;
+                    }
+                    status = feed.next() => {
+                        report_state(&shared, &status);
+                        match classify(&status, live.epoch) {
+                            Change::Reconnected => break,
+                            Change::Interrupted => {}
+                            Change::SessionGone => continue 'session,
+                        }
+                    }
+                }
+            }
+        }
+    }
+    stands.release_all().await;
+    shared.done_tx.send_replace(true);
+    debug!("pool stopped");
+}
+
+/// Reads the assignment and watches it (its data, or its creation while it does not exist).
+async fn read_assignment(
+    live: &Live,
+    root: &str,
+) -> std::result::Result<(Option<Assignment>, OneshotWatcher), zookeeper_client::Error> {
+    use zookeeper_client::Error as Zk;
+    let node = path::join(root, ASSIGNMENT);
+    loop {
+        match live.client.get_and_watch_data(&node).await {
+            Ok((data, _, watcher)) => {
+                let parsed = match serde_json::from_slice::<Assignment>(&data) {
+                    Ok(a) => Some(a),
+                    Err(e) => {
+                        warn!(node, error = %e, "the assignment is not valid JSON; waiting for the coordinator to rewrite it");
+                        None
+                    }
+                };
+                return Ok((parsed, watcher));
+            }
+            Err(Zk::NoNode) => match live.client.check_and_watch_stat(&node).await {
+                Ok((None, watcher)) => return Ok((None, watcher)),
+                Ok((Some(_), _)) => continue,
+                Err(e) => return Err(e),
+            },
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The coordinator: while this replica leads the membership latch, keeps the assignment
+/// balanced over the live members.
+async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
+    let mut assignment_rx = shared.assignment_tx.subscribe();
+    loop {
+        let term = tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            term = members.await_leadership() => match term {
+                Ok(term) => term,
+                Err(_) => break,
+            },
+        };
+        shared.coordinator_tx.send_replace(true);
+        info!(token = %term.token(), session_id = %hex(term.session_id()), "coordinating the pool");
+        let mut failures = 0u32;
+        while !term.has_ended() {
+            match coordinate_once(&shared, &term).await {
+                Ok(watcher) => {
+                    failures = 0;
+                    assignment_rx.borrow_and_update();
+                    tokio::select! {
+                        _ = shared.stop.cancelled() => break,
+                        _ = term.ended() => break,
+                        event = watcher.changed() => debug!(event = ?event.event_type, "membership changed"),
+                        _ = assignment_rx.changed() => debug!("the assignment changed"),
+                    }
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    debug!(error = %e, "coordinating was interrupted; trying again");
+                    let pause = retry_backoff(failures, shared.session.connection_timeout());
+                    tokio::select! {
+                        _ = shared.stop.cancelled() => break,
+                        _ = term.ended() => break,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+        shared.coordinator_tx.send_replace(false);
+        info!(token = %term.token(), "no longer coordinating the pool");
+        if shared.stop.is_cancelled() {
+            break;
+        }
+    }
+}
+
+/// One round: watch the membership, compute the assignment, write it (fenced by the
+/// coordinator's term) if it differs from the stored one.
+async fn coordinate_once(shared: &Shared, term: &Leadership) -> Result<OneshotWatcher> {
+    use zookeeper_client::Error as Zk;
+    let live = shared.session.live()?;
+    if live.session_id != term.session_id() {
+        return Err(Error::NotLeader {
+            reason: "the coordinator's session is gone",
+        });
+    }
+    let members_path = path::join(&shared.root, MEMBERS);
+    let (_, watcher) = live.client.list_and_watch_children(&members_path).await?;
+    let mut members: Vec<String> = Vec::new();
+    for p in contender::participants(&shared.session, &members_path, LATCH_LOCK_NAME).await? {
+        if !members.contains(&p.id) {
+            members.push(p.id);
+        }
+    }
+    let node = path::join(&shared.root, ASSIGNMENT);
+    let stored = match live.client.get_data(&node).await {
+        Ok((data, _)) => Some(serde_json::from_slice::<Assignment>(&data).ok()),
+        Err(Zk::NoNode) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let current = stored.clone().flatten();
+    let previous = match &current {
+        Some(a) => a.jobs.clone(),
+        // No usable assignment: start from whoever leads each job now, so that a coordinator
+        // restarted after the node was lost moves nothing.
+        None => current_leaders(shared).await?,
+    };
+    let target = Assignment {
+        jobs: rebalance(&shared.jobs, &members, &previous),
+        members,
+    };
+    if current.as_ref() == Some(&target) {
+        return Ok(watcher);
+    }
+    let data = serde_json::to_vec(&target).map_err(|e| Error::InvalidArgument {
+        what: "assignment",
+        reason: e.to_string(),
+    })?;
+    let op = match stored {
+        Some(_) => FencedOp::set_data(&node, data),
+        None => FencedOp::create(&node, data),
+    };
+    term.fenced([op]).await?;
+    info!(moves = moves(&previous, &target.jobs), members = ?target.members, token = %term.token(),
+        "wrote a new assignment");
+    Ok(watcher)
+}
+
+/// Who leads each job now, read from the job paths.
+async fn current_leaders(shared: &Shared) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for job in &shared.jobs {
+        let leader = contender::leader_of(
+            contender::participants(
+                &shared.session,
+                &job_path(&shared.root, job),
+                LATCH_LOCK_NAME,
+            )
+            .await?,
+        );
+        if leader.is_leader {
+            out.insert(job.clone(), leader.id);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i:02}")).collect()
+    }
+
+    fn counts(a: &BTreeMap<String, String>, members: &[String]) -> Vec<usize> {
+        members
+            .iter()
+            .map(|m| a.values().filter(|o| *o == m).count())
+            .collect()
+    }
+
+    #[test]
+    fn twelve_jobs_spread_four_each_over_three_members() {
+        let jobs = names("job", 12);
+        let members = names("r", 3);
+        let a = rebalance(&jobs, &members, &BTreeMap::new());
+        assert_eq!(a.len(), 12);
+        assert_eq!(counts(&a, &members), [4, 4, 4]);
+        // Deterministic.
+        assert_eq!(a, rebalance(&jobs, &members, &BTreeMap::new()));
+    }
+
+    #[test]
+    fn a_join_moves_exactly_the_new_members_share_and_nothing_else() {
+        let jobs = names("job", 12);
+        let three = names("r", 3);
+        let before = rebalance(&jobs, &three, &BTreeMap::new());
+        let four = names("r", 4);
+        let after = rebalance(&jobs, &four, &before);
+        assert_eq!(counts(&after, &four), [3, 3, 3, 3]);
+        assert_eq!(moves(&before, &after), 3);
+        for (job, owner) in &after {
+            if before[job] != *owner {
+                assert_eq!(owner, "r03", "only the new member gains jobs");
+            }
+        }
+    }
+
+    #[test]
+    fn a_departure_moves_exactly_the_departed_members_jobs() {
+        let jobs = names("job", 12);
+        let four = names("r", 4);
+        let before = rebalance(&jobs, &four, &BTreeMap::new());
+        let three: Vec<String> = four.iter().filter(|m| *m != "r01").cloned().collect();
+        let after = rebalance(&jobs, &three, &before);
+        assert_eq!(counts(&after, &three), [4, 4, 4]);
+        assert_eq!(moves(&before, &after), 3);
+        for (job, owner) in &before {
+            if owner != "r01" {
+                assert_eq!(after[job], *owner, "{job} moved although its owner stayed");
+            }
+        }
+    }
+
+    #[test]
+    fn uneven_shares_never_exceed_the_ceiling_and_moves_stay_minimal() {
+        // A deterministic walk of joins and departures; after every step each member holds its
+        // floor or ceiling, and the moves are exactly the jobs whose owner left plus each
+        // member's excess over its new quota.
+        let jobs = names("job", 12);
+        let mut members: Vec<String> = names("r", 2);
+        let mut current = rebalance(&jobs, &members, &BTreeMap::new());
+        let mut next_id = 2;
+        let mut seed = 0x9e37_79b9_u64;
+        for _ in 0..200 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if members.len() > 1 && (members.len() >= 7 || seed.is_multiple_of(2)) {
+                let gone = (seed as usize / 2) % members.len();
+                members.remove(gone);
+            } else {
+                members.push(format!("r{next_id:02}"));
+                next_id += 1;
+            }
+            let after = rebalance(&jobs, &members, &current);
+            let n = members.len();
+            let (lo, hi) = (12 / n, 12_usize.div_ceil(n));
+            for c in counts(&after, &members) {
+                assert!((lo..=hi).contains(&c), "{c} jobs for one of {n} members");
+            }
+            assert_eq!(after.len(), 12, "every job is assigned");
+            // Lower bound on moves: orphaned jobs, plus what members keep above the ceiling.
+            let orphaned = current.values().filter(|o| !members.contains(o)).count();
+            let over: usize = counts(&current, &members)
+                .iter()
+                .map(|c| c.saturating_sub(hi))
+                .sum();
+            let m = moves(&current, &after);
+            assert!(m >= orphaned + over);
+            assert!(
+                m <= orphaned + over + n,
+                "{m} moves for {orphaned} orphaned and {over} over the ceiling among {n}"
+            );
+            current = after;
+        }
+    }
+
+    #[test]
+    fn unknown_jobs_and_members_in_the_previous_assignment_are_ignored() {
+        let jobs = names("job", 4);
+        let members = names("r", 2);
+        let mut previous = BTreeMap::new();
+        previous.insert("gone-job".to_owned(), "r00".to_owned());
+        previous.insert("job00".to_owned(), "gone-member".to_owned());
+        let a = rebalance(&jobs, &members, &previous);
+        assert_eq!(a.len(), 4);
+        assert!(!a.contains_key("gone-job"));
+        assert_eq!(counts(&a, &members), [2, 2]);
+        assert!(rebalance(&jobs, &[], &previous).is_empty());
+    }
+
+    #[test]
+    fn job_names_are_single_path_segments() {
+        assert!(validate_job("/pools/p", "billing").is_ok());
+        for bad in ["", "a/b", ".", ".."] {
+            assert!(validate_job("/pools/p", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn assignment_round_trips_as_the_documented_json() {
+        let mut a = Assignment {
+            members: vec!["r1".into(), "r2".into()],
+            jobs: BTreeMap::new(),
+        };
+        a.jobs.insert("billing".into(), "r1".into());
+        a.jobs.insert("mail".into(), "r2".into());
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(
+            json,
+            r#"{"members":["r1","r2"],"jobs":{"billing":"r1","mail":"r2"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Assignment>(&json).unwrap(), a);
+        assert_eq!(a.jobs_of("r2"), ["mail"]);
+    }
+
+    #[test]
+    fn pool_types_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<LeaderPool>();
+        assert_send_sync::<LeaderPoolBuilder>();
+        assert_send_sync::<PoolEvent>();
+        assert_send_sync::<Assignment>();
+    }
+}
