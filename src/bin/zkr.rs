@@ -7,6 +7,7 @@
 //!   participants PATH                            the election's participants, as a JSON array
 //!   leader PATH                                  the leader's id (an empty line when none)
 //!   watch PATH [--lock-name NAME]                follow who leads, print each change (stdout)
+//!   pool ROOT --jobs JOB,JOB... [--id ID]        be a member of a LeaderPool, print its events
 //!   run PATH [--id ID] [--requeue] [--grace D] -- CMD [ARGS...]
 //!                                                run CMD while leader (LeaderSelector)
 //!   lock PATH [--timeout D] [--id ID] [--grace D] -- CMD [ARGS...]
@@ -43,6 +44,21 @@
 //! next `reconnected` (the observer keeps it rather than guess; see
 //! `zookeeper_recipes::LeaderObserver`). The same leader is never printed twice in a row.
 //! SIGINT or SIGTERM ends `watch` with exit code 0.
+//!
+//! `pool` prints (stdout) the assignment it reads, and a leader / not_leader line per job term:
+//!
+//! ```text
+//! {"event":"assignment","jobs":[JOB,...],"members":[ID,...],"ts_ms":MS}   (jobs: this member's)
+//! {"event":"leader","job":JOB,"id":ID,"token":CZXID,"path":NODE,"since_ms":MS,"ts_ms":MS}
+//! {"event":"not_leader","job":JOB,"id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"until_ms":MS,"ts_ms":MS}
+//! {"event":"state","state":...,"id":ID,"path":null,"ts_ms":MS}
+//! ```
+//!
+//! `since_ms` is when the term began and `until_ms` when it stopped being valid (its deadline,
+//! if that passed first: a frozen member prints `not_leader` only when it runs again), both
+//! wall-clock milliseconds, for histories of terms. On SIGINT or SIGTERM it leaves the pool
+//! gracefully (membership first, so the jobs' new owners queue before they are released) and
+//! exits 0.
 //!
 //! `TERM_END` is one of `suspended`, `lost`, `read_only`, `node_deleted`, `deadline_passed`,
 //! `closed`, `interrupted`. The `reason` of `cmd_signalled` is the `TERM_END` that ended the
@@ -83,8 +99,8 @@ use zookeeper_recipes::process::{
 };
 use zookeeper_recipes::{
     CloseMode, ConnectionState, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver,
-    LeaderSelector, Leadership, ObserverEvent, SelectorState, Session, SessionStatus, leader_of,
-    participants_on,
+    LeaderPool, LeaderSelector, Leadership, ObserverEvent, PoolEvent, SelectorState, Session,
+    SessionStatus, leader_of, participants_on,
 };
 
 /// The connect string when neither `--connect` nor `$ZK_CONNECT` is given.
@@ -142,6 +158,23 @@ enum Command {
         /// InterProcessMutex) [default: latch- if any child is a latch node, else lock-]
         #[arg(long, value_name = "NAME")]
         lock_name: Option<String>,
+    },
+    /// Be a member of a LeaderPool: lead a fair share of the jobs, print the events (stdout)
+    Pool {
+        /// Pool root (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        root: String,
+        /// The pool's jobs, comma-separated (every member must be given the same)
+        #[arg(
+            long,
+            value_delimiter = ',',
+            required = true,
+            value_name = "JOB,JOB..."
+        )]
+        jobs: Vec<String>,
+        /// Member id [default: HOSTNAME-PID-RANDOM]
+        #[arg(long, value_parser = parse_id)]
+        id: Option<String>,
     },
     /// Run CMD while leader (a LeaderSelector); stop it the moment leadership is lost
     Run(RunArgs),
@@ -274,6 +307,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::Latch { path, id } => latch(&hosts, cli.session_timeout, path, id).await,
         Command::Participants { path } => participants(&hosts, cli.session_timeout, &path).await,
         Command::Leader { path } => leader(&hosts, cli.session_timeout, &path).await,
+        Command::Pool { root, jobs, id } => pool(&hosts, cli.session_timeout, root, jobs, id).await,
         Command::Watch { path, lock_name } => {
             watch(&hosts, cli.session_timeout, path, lock_name).await
         }
@@ -338,6 +372,33 @@ enum Event<'a> {
         ts_ms: u64,
     },
     NoLeader {
+        ts_ms: u64,
+    },
+    /// A `leader` line of `pool`: one per job term.
+    #[serde(rename = "leader")]
+    JobLeader {
+        job: &'a str,
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        since_ms: u64,
+        ts_ms: u64,
+    },
+    /// A `not_leader` line of `pool`.
+    #[serde(rename = "not_leader")]
+    JobNotLeader {
+        job: &'a str,
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        reason: &'a str,
+        until_ms: u64,
+        ts_ms: u64,
+    },
+    /// The assignment a `pool` member read: its own jobs and all members.
+    Assignment {
+        jobs: Vec<&'a str>,
+        members: &'a [String],
         ts_ms: u64,
     },
     /// A `state` line of `watch`, which has no id and no node of its own.
@@ -436,6 +497,33 @@ impl Signals {
     }
 }
 
+/// Prints every event of `events` (one JSON line each, on stdout) until SIGINT or SIGTERM. A
+/// failure when stdout breaks, or `stopped()` when the events end by themselves.
+async fn print_until_signal<S, T>(
+    signals: &mut Signals,
+    events: &mut S,
+    mut print: impl FnMut(&T) -> std::io::Result<()>,
+    stopped: impl FnOnce() -> Fail,
+) -> Option<Fail>
+where
+    S: Stream<Item = T> + Unpin,
+{
+    loop {
+        tokio::select! {
+            biased;
+            _ = signals.recv() => return None,
+            event = events.next() => match event {
+                Some(event) => {
+                    if let Err(e) = print(&event) {
+                        return Some(Fail(format!("cannot write to stdout: {e}")));
+                    }
+                }
+                None => return Some(stopped()),
+            },
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // latch, participants, leader
 
@@ -457,28 +545,16 @@ async fn latch(
     let events = latch.events();
     tokio::pin!(events);
     let mut term_path: Option<String> = None;
-    let mut failure: Option<Fail> = None;
-    loop {
-        tokio::select! {
-            biased;
-            _ = signals.recv() => break,
-            event = events.next() => match event {
-                Some(event) => {
-                    if let Err(e) = print_latch_event(&latch, &event, &mut term_path) {
-                        failure = Some(Fail(format!("cannot write to stdout: {e}")));
-                        break;
-                    }
-                }
-                None => {
-                    failure = Some(match latch.failure() {
-                        Some(e) => Fail(format!("the latch stopped: {e}")),
-                        None => Fail("the latch stopped unexpectedly".into()),
-                    });
-                    break;
-                }
-            },
-        }
-    }
+    let failure = print_until_signal(
+        &mut signals,
+        &mut events,
+        |event| print_latch_event(&latch, event, &mut term_path),
+        || match latch.failure() {
+            Some(e) => Fail(format!("the latch stopped: {e}")),
+            None => Fail("the latch stopped unexpectedly".into()),
+        },
+    )
+    .await;
     // Deletes our node (the successor is elected at once) and, with NotifyLeader, reports
     // not_leader/closed if this latch led; then the event stream ends.
     latch.close().await?;
@@ -555,30 +631,108 @@ async fn watch(
     // Subscribed before the observer's task first runs: its first report is not missed.
     let events = observer.events();
     tokio::pin!(events);
-    let mut failure: Option<Fail> = None;
-    loop {
-        tokio::select! {
-            biased;
-            _ = signals.recv() => break,
-            event = events.next() => match event {
-                Some(event) => {
-                    if let Err(e) = print_observer_event(&event) {
-                        failure = Some(Fail(format!("cannot write to stdout: {e}")));
-                        break;
-                    }
-                }
-                None => {
-                    failure = Some(Fail("the observer stopped unexpectedly".into()));
-                    break;
-                }
-            },
-        }
-    }
+    let failure = print_until_signal(&mut signals, &mut events, print_observer_event, || {
+        Fail("the observer stopped unexpectedly".into())
+    })
+    .await;
     observer.close().await?;
     close_session(&session).await;
     match failure {
         Some(f) => Err(f),
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+async fn pool(
+    hosts: &str,
+    session_timeout: Duration,
+    root: String,
+    jobs: Vec<String>,
+    id: Option<String>,
+) -> Result<ExitCode, Fail> {
+    let mut signals = Signals::new()?;
+    let session = connect(hosts, session_timeout).await?;
+    let mut builder = LeaderPool::builder(&session, &root).jobs(jobs);
+    if let Some(id) = id {
+        builder = builder.id(id);
+    }
+    let pool = builder.start().await?;
+    let events = pool.events();
+    tokio::pin!(events);
+    let failure = print_until_signal(
+        &mut signals,
+        &mut events,
+        |event| print_pool_event(pool.id(), event),
+        || Fail("the pool stopped unexpectedly".into()),
+    )
+    .await;
+    // Leaves gracefully; the events of the releases follow, then the stream ends.
+    let close = pool.close();
+    tokio::pin!(close);
+    let mut closed = false;
+    let drain = async {
+        loop {
+            tokio::select! {
+                r = &mut close, if !closed => { closed = true; r?; }
+                event = events.next() => match event {
+                    Some(event) => { let _ = print_pool_event(pool.id(), &event); }
+                    None => break,
+                },
+            }
+        }
+        if !closed {
+            close.await?;
+        }
+        Ok::<(), zookeeper_recipes::Error>(())
+    };
+    let bound = session_timeout + Duration::from_secs(5);
+    if let Ok(r) = tokio::time::timeout(bound, drain).await {
+        r?;
+    }
+    close_session(&session).await;
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Wall-clock milliseconds of a past instant.
+fn wall_ms(at: Instant) -> u64 {
+    let ago = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+    now_ms().saturating_sub(ago)
+}
+
+fn print_pool_event(id: &str, event: &PoolEvent) -> std::io::Result<()> {
+    match event {
+        PoolEvent::Leader { job, term } => Out::Stdout.emit(&Event::JobLeader {
+            job,
+            id,
+            token: term.token().get(),
+            path: term.path(),
+            since_ms: wall_ms(term.started_at()),
+            ts_ms: now_ms(),
+        }),
+        PoolEvent::NotLeader { job, term, reason } => Out::Stdout.emit(&Event::JobNotLeader {
+            job,
+            id,
+            token: term.token().get(),
+            path: term.path(),
+            reason: reason.as_str(),
+            until_ms: wall_ms(term.ended_at().unwrap_or_else(Instant::now)),
+            ts_ms: now_ms(),
+        }),
+        PoolEvent::Assignment(a) => Out::Stdout.emit(&Event::Assignment {
+            jobs: a.jobs_of(id),
+            members: &a.members,
+            ts_ms: now_ms(),
+        }),
+        PoolEvent::State(state) => Out::Stdout.emit(&Event::State {
+            state: state.as_str(),
+            id,
+            path: None,
+            ts_ms: now_ms(),
+        }),
+        _ => Ok(()),
     }
 }
 
