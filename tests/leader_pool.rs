@@ -365,7 +365,7 @@ async fn start_children(connect: &str, root: &str, jobs: &Jobs, ids: &[&str]) ->
 }
 
 #[tokio::test]
-async fn a_killed_replica_s_jobs_move_within_the_session_timeout_one_handover_each() {
+async fn killed_replicas_jobs_move_within_the_session_timeout_one_handover_each() {
     if !zookeeper() {
         return;
     }
@@ -394,8 +394,31 @@ async fn a_killed_replica_s_jobs_move_within_the_session_timeout_one_handover_ea
     assert_eq!(counts.values().copied().collect::<Vec<_>>(), [4, 4, 4]);
     assert_eq!(handovers, 3, "one handover per job of the killed replica");
 
+    // Kill another (12 jobs over 3 -> 2): its 4 jobs go 2 and 2.
+    let before = jobs.handovers();
+    let killed_again = Instant::now();
+    let killed_again_ms = now_ms();
+    children[2].signal(Signal::SIGKILL);
+    let (at, counts) = jobs
+        .settled(&["k1", "k3"], bound, "after the second kill -9")
+        .await;
+    let handovers = jobs.handovers() - before;
+    eprintln!(
+        "kill -9, 12 jobs over 3 -> 2: settled in {} ms (bound {} ms), {handovers} handovers",
+        ms(at - killed_again),
+        ms(bound)
+    );
+    assert_eq!(counts.values().copied().collect::<Vec<_>>(), [6, 6]);
+    assert_eq!(handovers, 4, "one handover per job of the killed replica");
+
     // Stop the others; check the history of every term any of them had.
     let mut terms = Vec::new();
+    let mut second = children.remove(2);
+    second.exit(BOUND, "the second killed zkr").await;
+    terms.extend(child_terms(
+        &second.all_lines(BOUND).await,
+        Some(killed_again_ms),
+    ));
     let mut dead = children.remove(0);
     dead.exit(BOUND, "the killed zkr").await;
     terms.extend(child_terms(&dead.all_lines(BOUND).await, Some(killed_ms)));
