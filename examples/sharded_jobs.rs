@@ -11,10 +11,12 @@
 //! session its 3 jobs go one to each survivor. After each change it prints who leads what, the
 //! time to settle and the number of handovers.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use zookeeper_recipes::testing::{FaultProxy, TestingServer};
+use zookeeper_recipes::testing::FaultProxy;
 use zookeeper_recipes::{LeaderObserver, LeaderPool, Session};
 
 const ROOT: &str = "/pools/sharded-jobs-example";
@@ -126,26 +128,15 @@ impl Truth {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .init();
-    }
-    let (_server, upstream) = match std::env::var("ZK_CONNECT") {
-        Ok(connect) => {
-            println!("using the ZooKeeper ensemble at {connect} (ZK_CONNECT)");
-            (None, connect)
-        }
-        Err(_) => {
-            let server = TestingServer::start().await.map_err(|e| {
-                format!("could not start an embedded ZooKeeper: {e}\n(or point the example at a running one with ZK_CONNECT=host:port)")
-            })?;
-            let connect = server.connect_string().to_owned();
-            println!("started an embedded ZooKeeper on {connect}");
-            (Some(server), connect)
-        }
-    };
+async fn main() -> std::process::ExitCode {
+    common::init_tracing();
+    common::exit_code(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let zookeeper = common::ZooKeeper::from_env().await?;
+    println!("using {}", zookeeper.describe());
+    let upstream = zookeeper.connect_string().to_owned();
     let watcher = Session::builder(&upstream).connect().await?;
     let mut observers = Vec::new();
     for job in jobs() {
