@@ -612,3 +612,62 @@ async fn observer_follows_selector_nodes_and_ignores_foreign_children() {
     .await;
     observer.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_observer_that_may_not_read_the_path_stops_with_the_refusal() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("observe-refused");
+    let owner = Session::builder(connect)
+        .digest_auth("owner", "owner-password")
+        .connect()
+        .await
+        .unwrap();
+    let raw = owner.client().unwrap();
+    let parent = path.rsplit_once('/').unwrap().0;
+    match raw
+        .mkdir(
+            parent,
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await
+    {
+        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+        Err(e) => panic!("making {parent}: {e}"),
+    }
+    raw.create(
+        &path,
+        b"",
+        &CreateMode::Persistent.with_acls(Acls::creator_all()),
+    )
+    .await
+    .unwrap();
+    let stranger = session(connect, Duration::from_secs(10)).await;
+    let observer = LeaderObserver::new(&stranger, &path).unwrap();
+    let rec = Recorder::record(&observer);
+    within(
+        BOUND,
+        "the observer's events to end after the refusal",
+        async {
+            let mut events = Box::pin(observer.events());
+            while futures::StreamExt::next(&mut events).await.is_some() {}
+        },
+    )
+    .await;
+    match observer.failure() {
+        Some(zookeeper_recipes::Error::Refused {
+            source, path: p, ..
+        }) => {
+            assert_eq!(source, zookeeper_client::Error::NoAuth);
+            assert_eq!(p, path);
+        }
+        other => panic!("expected a NoAuth refusal, got {other:?}"),
+    }
+    assert_eq!(observer.leader(), None);
+    assert!(!observer.is_confirmed());
+    assert!(rec.reports().is_empty(), "{}", rec.describe());
+    raw.delete(&path, None).await.unwrap();
+}

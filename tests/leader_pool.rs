@@ -599,3 +599,49 @@ async fn a_server_restart_within_the_session_timeout_moves_no_job() {
     }
     assert_no_overlap(&terms.terms(epoch));
 }
+
+#[tokio::test]
+async fn a_job_path_the_replica_may_not_use_stops_the_pool_with_the_refusal() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let root = testing::unique_path("pool-refused");
+    // Another user owns job-03's path, readable and writable by nobody else.
+    let owner = zookeeper_recipes::Session::builder(connect)
+        .digest_auth("owner", "owner-password")
+        .connect()
+        .await
+        .unwrap();
+    let raw = owner.client().unwrap();
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.mkdir(&format!("{root}/jobs"), &open).await.unwrap();
+    let closed =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::creator_all());
+    raw.create(&format!("{root}/jobs/job-03"), b"", &closed)
+        .await
+        .unwrap();
+
+    let s = session(connect, SESSION_TIMEOUT).await;
+    let terms = PoolTerms::default();
+    let p = pool(&s, &root, "alone", &terms).await;
+    within(BOUND, "the pool's events to end after the refusal", async {
+        let mut events = Box::pin(p.events());
+        while futures::StreamExt::next(&mut events).await.is_some() {}
+    })
+    .await;
+    match p.failure() {
+        Some(zookeeper_recipes::Error::Refused { source, path, .. }) => {
+            assert_eq!(source, zookeeper_client::Error::NoAuth);
+            // Whoever meets the refusal first: the coordinator (which reads every job path
+            // while there is no assignment yet), or the job's latch.
+            assert!(path == root || path.ends_with("/jobs/job-03"), "{path}");
+        }
+        other => panic!("expected a NoAuth refusal, got {other:?}"),
+    }
+    assert!(p.leading().is_empty(), "a stopped pool leads nothing");
+    p.close().await.unwrap();
+    assert_no_overlap(&terms.terms(Instant::now() - Duration::from_secs(3600)));
+}

@@ -43,7 +43,8 @@
 //! A `state` line other than `reconnected` means the last leader line is unconfirmed until the
 //! next `reconnected` (the observer keeps it rather than guess; see
 //! `zookeeper_recipes::LeaderObserver`). The same leader is never printed twice in a row.
-//! SIGINT or SIGTERM ends `watch` with exit code 0.
+//! SIGINT or SIGTERM ends `watch` with exit code 0; a server that refuses to let it read PATH
+//! ends it with exit code 1 and the refusal on stderr.
 //!
 //! `pool` prints (stdout) the assignment it reads, and a leader / not_leader line per job term:
 //!
@@ -58,7 +59,7 @@
 //! if that passed first: a frozen member prints `not_leader` only when it runs again), both
 //! wall-clock milliseconds, for histories of terms. On SIGINT or SIGTERM it leaves the pool
 //! gracefully (membership first, so the jobs' new owners queue before they are released) and
-//! exits 0.
+//! exits 0; when the server refuses a path the pool needs, it releases everything and exits 1.
 //!
 //! `TERM_END` is one of `suspended`, `lost`, `read_only`, `node_deleted`, `deadline_passed`,
 //! `closed`, `interrupted`. The `reason` of `cmd_signalled` is the `TERM_END` that ended the
@@ -631,10 +632,17 @@ async fn watch(
     // Subscribed before the observer's task first runs: its first report is not missed.
     let events = observer.events();
     tokio::pin!(events);
-    let failure = print_until_signal(&mut signals, &mut events, print_observer_event, || {
-        Fail("the observer stopped unexpectedly".into())
-    })
-    .await;
+    let failure =
+        print_until_signal(
+            &mut signals,
+            &mut events,
+            print_observer_event,
+            || match observer.failure() {
+                Some(e) => Fail(format!("the observer stopped: {e}")),
+                None => Fail("the observer stopped unexpectedly".into()),
+            },
+        )
+        .await;
     observer.close().await?;
     close_session(&session).await;
     match failure {
@@ -663,7 +671,10 @@ async fn pool(
         &mut signals,
         &mut events,
         |event| print_pool_event(pool.id(), event),
-        || Fail("the pool stopped unexpectedly".into()),
+        || match pool.failure() {
+            Some(e) => Fail(format!("the pool stopped: {e}")),
+            None => Fail("the pool stopped unexpectedly".into()),
+        },
     )
     .await;
     // Leaves gracefully; the events of the releases follow, then the stream ends.

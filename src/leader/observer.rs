@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, instrument, warn};
+use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
 use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::error::{Error, Result};
@@ -95,6 +95,7 @@ impl LeaderObserverBuilder {
             confirmed: AtomicBool::new(false),
             events_tx,
             done_tx,
+            failure: std::sync::OnceLock::new(),
         });
         let span = info_span!(parent: None, "observer", path = %shared.path);
         let task = runtime.spawn(run(std::sync::Arc::clone(&shared)).instrument(span));
@@ -114,6 +115,7 @@ struct Shared {
     confirmed: AtomicBool,
     events_tx: broadcast::Sender<ObserverEvent>,
     done_tx: watch::Sender<bool>,
+    failure: std::sync::OnceLock<Error>,
 }
 
 /// Follows who leads an election path without standing for election, at the cost of one watch.
@@ -246,6 +248,13 @@ impl LeaderObserver {
     pub fn is_closed(&self) -> bool {
         self.shared.stop.is_cancelled()
     }
+
+    /// Why the observer stopped by itself ([`Error::Refused`]: the server refuses to let this
+    /// session read the path, say for lack of permission), if it did. Its watch keeps the last
+    /// report, unconfirmed, and [`events`](Self::events) has ended.
+    pub fn failure(&self) -> Option<Error> {
+        self.shared.failure.get().cloned()
+    }
 }
 
 /// What one look at the path found, and the one watch that says when to look again.
@@ -319,6 +328,17 @@ async fn run(shared: std::sync::Arc<Shared>) {
                 Ok(look) => {
                     failures = 0;
                     look
+                }
+                Err(e) if crate::error::is_refusal(&e) => {
+                    let err = Error::Refused {
+                        operation: "read",
+                        path: shared.path.clone(),
+                        source: e,
+                    };
+                    error!(error = %err, session_id = %hex(live.session_id),
+                        "the server refuses to let this observer read the path; it stops");
+                    let _ = shared.failure.set(err);
+                    break 'session;
                 }
                 Err(e) => {
                     if memory.reported_is_gone() {

@@ -7,7 +7,7 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, info, info_span, instrument, warn};
+use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
 use zookeeper_client::OneshotWatcher;
 
 use crate::contender::{self, TermEnd};
@@ -255,6 +255,7 @@ impl LeaderPoolBuilder {
             coordinator_tx,
             events_tx,
             done_tx,
+            failure: std::sync::OnceLock::new(),
         });
         let members = Arc::new(members);
         let span = info_span!(parent: None, "pool", root = %shared.root, id = %shared.id);
@@ -296,6 +297,17 @@ struct Shared {
     coordinator_tx: watch::Sender<bool>,
     events_tx: broadcast::Sender<PoolEvent>,
     done_tx: watch::Sender<bool>,
+    failure: std::sync::OnceLock<Error>,
+}
+
+impl Shared {
+    /// The server refuses something the pool needs for good: the pool stops (releasing every
+    /// job), and says why.
+    fn fail(&self, err: Error) {
+        error!(error = %err, "the server refuses a request the pool needs; it stops (fix the cause and start a new one)");
+        let _ = self.failure.set(err);
+        self.stop.cancel();
+    }
 }
 
 /// Sharded leadership: many singleton jobs spread evenly over the replicas of a service.
@@ -426,6 +438,13 @@ impl LeaderPool {
         self.shared.assignment_tx.subscribe()
     }
 
+    /// Why the pool stopped by itself ([`Error::Refused`]: the server refuses a read or write the
+    /// pool needs, such as a job path this session may not use), if it did. It has released
+    /// every job and [`events`](Self::events) has ended.
+    pub fn failure(&self) -> Option<Error> {
+        self.shared.failure.get().cloned()
+    }
+
     /// Whether this replica is the pool's coordinator (leads the membership latch).
     pub fn is_coordinator(&self) -> bool {
         *self.shared.coordinator_tx.borrow()
@@ -520,6 +539,7 @@ fn forward(shared: &Shared, job: &str, event: LatchEvent, last: &mut Option<Lead
                 reason,
             });
         }
+        LatchEvent::Failed(err) => shared.fail(err),
         _ => {}
     }
 }
@@ -630,6 +650,14 @@ async fn follow(shared: Arc<Shared>) {
                     failures = 0;
                     read
                 }
+                Err(e) if crate::error::is_refusal(&e) => {
+                    shared.fail(Error::Refused {
+                        operation: "read",
+                        path: path::join(&shared.root, ASSIGNMENT),
+                        source: e,
+                    });
+                    break 'session;
+                }
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     let seen = |status: &SessionStatus| report_state(&shared, status);
@@ -725,7 +753,12 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
             _ = shared.stop.cancelled() => break,
             term = members.await_leadership() => match term {
                 Ok(term) => term,
-                Err(_) => break,
+                Err(_) => {
+                    if let Some(err) = members.failure() {
+                        shared.fail(err);
+                    }
+                    break;
+                }
             },
         };
         shared.coordinator_tx.send_replace(true);
@@ -742,6 +775,14 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
                         event = watcher.changed() => debug!(event = ?event.event_type, "membership changed"),
                         _ = assignment_rx.changed() => debug!("the assignment changed"),
                     }
+                }
+                Err(Error::Zookeeper(e)) if crate::error::is_refusal(&e) => {
+                    shared.fail(Error::Refused {
+                        operation: "coordinate",
+                        path: shared.root.clone(),
+                        source: e,
+                    });
+                    break;
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
