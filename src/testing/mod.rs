@@ -87,6 +87,7 @@ mod process;
 mod proxy;
 mod server;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -258,6 +259,25 @@ pub fn require_zookeeper() -> Result<bool> {
             Ok(false)
         }
     }
+}
+
+/// The `mntr` figures (`zk_packets_received`, `zk_num_alive_connections`, ...) of the
+/// ZooKeeper server at `address` (`host:port`), which need not be one the harness started: a
+/// benchmark reads them from a server given by a connect string. Bounded by 5 s.
+///
+/// A [`TestingServer`] has the same as [`TestingServer::mntr`].
+///
+/// # Errors
+///
+/// [`HarnessError::Io`] if the server cannot be reached; [`HarnessError::Timeout`] if it does
+/// not answer (say, paused).
+///
+/// # Cancel safety
+///
+/// Cancel safe: `mntr` is read-only.
+pub async fn mntr(address: &str) -> Result<BTreeMap<String, String>> {
+    let text = process::four_letter_word(address, "mntr", process::FLW_TIMEOUT).await?;
+    Ok(server::parse_mntr(&text))
 }
 
 /// A fresh znode path for one test: `/zkr-test/<prefix>-<8 hex digits>`.

@@ -510,7 +510,7 @@ impl TestingServer {
     ///
     /// Cancel safe.
     pub async fn mntr(&self) -> Result<BTreeMap<String, String>> {
-        Ok(parse_mntr(&self.four_letter_word("mntr").await?))
+        super::mntr(self.connect_string()).await
     }
 
     /// The server's mode from `srvr` ([`ServerMode::Standalone`] when serving).
