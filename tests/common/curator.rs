@@ -29,19 +29,17 @@ use tokio::time::Instant;
 pub const INSTALL_HINT: &str =
     "sudo apt-get install -y libcurator-recipes-java default-jdk-headless";
 
-/// The jars the peer needs (found with `java -verbose:class`); all come with
-/// `libcurator-recipes-java` and its dependencies. Debian's guava jar already contains
-/// `failureaccess`, and neither netty nor jackson is loaded by a client.
-const JARS: &[&str] = &[
-    "curator-recipes.jar",
-    "curator-framework.jar",
-    "curator-client.jar",
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
-    "guava.jar",
-    "slf4j-api.jar",
-    "slf4j-nop.jar",
-];
+/// The jars a Curator client needs, one per line (`#` starts a comment), shared with
+/// `bench/compare.sh`.
+const JAR_LIST: &str = include_str!("../java/curator-jars.txt");
+
+/// The jar file names of [`JAR_LIST`].
+fn jars() -> impl Iterator<Item = &'static str> {
+    JAR_LIST
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
 
 /// Bound on one command's reply (`mutex_try` timeouts must stay well below it).
 const CMD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -80,7 +78,7 @@ pub fn java_available() -> Result<(), String> {
         .collect();
     let dir = jar_dir();
     missing.extend(
-        JARS.iter()
+        jars()
             .map(|j| dir.join(j))
             .filter(|p| !p.is_file())
             .map(|p| p.display().to_string()),
@@ -137,7 +135,7 @@ fn remove_stale_dirs(root: &Path) {
 
 fn classpath(classes: &Path) -> std::ffi::OsString {
     let dir = jar_dir();
-    let parts = std::iter::once(classes.to_path_buf()).chain(JARS.iter().map(|j| dir.join(j)));
+    let parts = std::iter::once(classes.to_path_buf()).chain(jars().map(|j| dir.join(j)));
     std::env::join_paths(parts).expect("classpath")
 }
 
