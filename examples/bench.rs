@@ -1,147 +1,861 @@
-//! Leadership handover, Rust and Curator side by side, in one invocation against one server.
+//! The benchmark: leader handover, joins, mutex throughput and many latches on one session, with
+//! the server-side request counts. `bench/CuratorBench.java` runs the same workloads on Apache
+//! Curator, and `bench/compare.sh` runs both against one server and prints them side by side.
 //!
 //! ```text
-//! cargo run --release --example bench [-- --candidates N --repeats R]
+//! cargo run --release --example bench -- [--connect HOSTS] <workload> <args>
+//!
+//!   handover N R   N LeaderLatch candidates, each on its own session; R measured handovers
+//!   join N         N connected sessions start one LeaderLatch each on one empty path at once
+//!   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
+//!   many N         N LeaderLatches on one session, on N paths
+//!   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 //! ```
 //!
-//! On one ZooKeeper (embedded, or `$ZK_CONNECT`), each side runs `N` latches on one session
-//! (Curator: one `CuratorFramework` in a JVM driven by `tests/java/CuratorPeer.java`; Rust: one
-//! `Session`), started one after another. Then each leader in turn closes, and the time from the
-//! start of `close()` until the successor's `await` returns is one handover. After one warm-up
-//! pass per side (the JVM's JIT, the connection), `R` passes are measured. Curator needs Java and
-//! Debian's `libcurator-recipes-java`; without them only the Rust figures are printed.
+//! Each workload prints one figure per line on stdout, `name value unit` with single spaces
+//! (`handover_ms_p50 2.104 ms`), and nothing else; progress and diagnostics go to stderr. Bad
+//! arguments print the usage on stderr and exit with status 2. `RUST_LOG` (say
+//! `RUST_LOG=zookeeper_recipes=debug`) sends the library's tracing events to stderr, with
+//! microsecond timestamps: that is how to see where the time of a handover goes.
 //!
-//! Output: one line per figure, `key=value` pairs separated by spaces, stable for tools:
+//! # The server
+//!
+//! `--connect HOSTS`, else `$ZK_CONNECT`, else an embedded standalone server that the bench
+//! starts itself with the harness ([`TestingServer`]): `tickTime` 500 ms and ZooKeeper's default
+//! `forceSync=yes` (every write is fsynced before it is acknowledged), session timeouts up to
+//! 60 s. `mntr` is read from the first host of the connect string. The `server` workload starts
+//! the same embedded server and serves it to other processes (`bench/compare.sh` runs both
+//! sides against it).
+//!
+//! # Sessions
+//!
+//! Every session asks for a 60 s session timeout (the server may lower it; the negotiated value is
+//! printed on stderr). A session then proves itself alive every 7.5 s (1/8 of the timeout), and
+//! the client pings when it has sent nothing for 10 s: a few milliseconds of a measured window see
+//! a heartbeat of one of N sessions with a chance of about N / 1000, and the control windows
+//! below take those out of the counts.
+//!
+//! # Workloads
+//!
+//! - `handover N R`: N sessions; on one fresh path, N latches start one after another (each node
+//!   exists before the next latch starts), so the leader and its successor are known. Then
+//!   10 unmeasured warm-up rounds and R measured rounds of: the leader closes gracefully
+//!   ([`LeaderLatch::close`]); the time from the start of that close until the successor's
+//!   [`LeaderLatch::await_leadership`] returns (in a task that was waiting before the close began)
+//!   is one handover. After the round is measured, the closed candidate rejoins at the back with a
+//!   new latch on its same session, so there are always N candidates. Prints `handover_ms_p50`,
+//!   `handover_ms_p99` (nearest rank) and `requests_per_handover_p50`.
+//! - `join N`: N sessions, connected before the window opens; the election path exists and has no
+//!   children. All N latches are started at once; the window ends when every latch has its node
+//!   ([`LeaderLatch::wait_joined`]) and one of them knows it leads. Prints `join_all_ms` and
+//!   `join_requests`.
+//! - `lock C S`: C sessions, each with an [`InterProcessMutex`] on one path, each looping
+//!   acquire + release. After 1 s of unmeasured warm-up, the acquire+release cycles completed in
+//!   the next S seconds, over all clients, divided by S: `lock_ops_per_s`.
+//! - `many N`: one session; N latches on N fresh paths (siblings under one existing parent),
+//!   started at once. `many_start_ms` is the time until every latch has its node;
+//!   `rss_kb_per_latch` is the growth of this process's resident set (`VmRSS` of
+//!   `/proc/self/status`) from before the first start to then, divided by N.
+//!
+//! # Counting requests
+//!
+//! `zk_packets_received` of `mntr` counts every packet the server reads from a client: requests,
+//! pings and heartbeats of every session. A request count for a window is
 //!
 //! ```text
-//! bench=latch_handover impl=rust candidates=11 handovers=30 median_us=.. p90_us=.. max_us=..
-//! bench=latch_handover impl=curator candidates=11 handovers=30 median_us=.. p90_us=.. max_us=..
-//! bench=latch_handover ratio=curator/rust median=.. p90=..
+//! (packets at the end - packets at the start) - per_read - background
 //! ```
+//!
+//! - `per_read` is what one `mntr` read adds itself, calibrated in the same run as the median
+//!   difference of 20 back-to-back reads (0 on ZooKeeper 3.8, which answers four-letter words
+//!   before it counts packets; the bench measures it rather than assuming it). The window's last
+//!   read is the only read inside it.
+//! - `background` is the other sessions' idle traffic (pings, heartbeats), measured by a control
+//!   window right before: two reads with nothing of the benchmark happening between them (50 ms
+//!   for a handover, 1 s for a join), their difference minus `per_read`, scaled to the measured
+//!   window's length. Pings come in bursts (sessions that connected together ping together), so
+//!   the control window is adjacent to the one it corrects rather than measured once per run.
+//! - The window's end read waits 10 ms after the event that ends it (the successor knows it
+//!   leads, every node exists), so that requests sent just after it (the new leader's watch on its
+//!   own node, a latch's first listing) have arrived and are counted. The next window's control
+//!   starts 10 ms after the rejoined candidate has its node, for the same reason.
+//!
+//! Each round's count is rounded to a whole number of requests; `requests_per_handover_p50` is
+//! their median. stderr also shows the mean before rounding and the mean background.
 
-// The tests' Curator driver: test-support code, which fails loudly by design.
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/common/curator.rs"]
-mod curator;
-
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zookeeper_recipes::testing::TestingServer;
-use zookeeper_recipes::{LeaderLatch, Session};
+use futures::StreamExt;
+use zookeeper_recipes::testing::{self, TestingServer};
+use zookeeper_recipes::{InterProcessMutex, LeaderLatch, Session};
 
-const SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T, E = BoxError> = std::result::Result<T, E>;
 
-struct Figures {
-    median: u64,
-    p90: u64,
-    max: u64,
-    n: usize,
+const USAGE: &str = "\
+usage: bench [--connect HOSTS] <workload> <args>
+
+  handover N R   N LeaderLatch candidates (N >= 2), each on its own session; R measured handovers
+  join N         N connected sessions start one LeaderLatch each on one empty path at once
+  lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
+  many N         N LeaderLatches on one session, on N paths
+  server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
+
+HOSTS defaults to $ZK_CONNECT, else an embedded ZooKeeper (tickTime 500, fsync on).
+Figures go to stdout as `name value unit`, one per line; everything else goes to stderr.";
+
+/// The session timeout every session asks for.
+const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+/// The embedded server's `tickTime`.
+const TICK: Duration = Duration::from_millis(500);
+/// Unmeasured handover rounds before the measured ones.
+const WARMUP_ROUNDS: usize = 10;
+/// Unmeasured mutex cycling before the measured seconds.
+const LOCK_WARMUP: Duration = Duration::from_secs(1);
+/// How long after the end of a window its last `mntr` read waits.
+const SETTLE: Duration = Duration::from_millis(10);
+/// The control window before a handover.
+const HANDOVER_CONTROL: Duration = Duration::from_millis(50);
+/// The control window before a join.
+const JOIN_CONTROL: Duration = Duration::from_secs(1);
+/// Back-to-back `mntr` reads that calibrate what one read adds.
+const CALIBRATION_READS: usize = 21;
+/// The bound on every single wait of the bench (a join of 1,000 included).
+const WAIT: Duration = Duration::from_secs(120);
+/// How many sessions connect at the same time.
+const CONNECTS_IN_FLIGHT: usize = 32;
+/// The parent of every path the bench uses.
+const ROOT: &str = "/zkr-bench";
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    Handover { candidates: usize, rounds: usize },
+    Join { candidates: usize },
+    Lock { clients: usize, seconds: u64 },
+    Many { latches: usize },
+    Server,
 }
 
-fn figures(mut us: Vec<u64>) -> Figures {
-    us.sort_unstable();
-    let at = |q: f64| us[((us.len() as f64 - 1.0) * q).round() as usize];
-    Figures {
-        median: at(0.5),
-        p90: at(0.9),
-        max: us[us.len() - 1],
-        n: us.len(),
+/// The parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Args {
+    connect: Option<String>,
+    workload: Workload,
+}
+
+/// Parses the arguments after the program name; the error says what is wrong.
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut rest = args;
+    let mut connect = None;
+    if let [flag, tail @ ..] = rest
+        && flag == "--connect"
+    {
+        let [hosts, tail @ ..] = tail else {
+            return Err("--connect needs HOSTS".to_owned());
+        };
+        if hosts.is_empty() || hosts.starts_with('-') {
+            return Err(format!("--connect needs HOSTS, got {hosts:?}"));
+        }
+        connect = Some(hosts.clone());
+        rest = tail;
     }
-}
-
-fn print(implementation: &str, candidates: usize, f: &Figures) {
-    println!(
-        "bench=latch_handover impl={implementation} candidates={candidates} handovers={} median_us={} p90_us={} max_us={}",
-        f.n, f.median, f.p90, f.max
-    );
-}
-
-/// One Rust pass: `n` latches on one session, each close timed until the successor leads.
-async fn rust_pass(session: &Session, n: usize) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
-    let path = format!("/bench/rust-{}", uuid::Uuid::new_v4().simple());
-    let mut latches = Vec::with_capacity(n);
-    for i in 0..n {
-        let latch = LeaderLatch::builder(session, &path)
-            .id(format!("rust-bench-{i}"))
-            .start()
-            .await?;
-        latch.wait_joined(Duration::from_secs(20)).await?;
-        latches.push(latch);
-    }
-    tokio::time::timeout(Duration::from_secs(20), latches[0].await_leadership()).await??;
-    let mut us = Vec::with_capacity(n - 1);
-    for i in 0..n - 1 {
-        let t0 = Instant::now();
-        latches[i].close().await?;
-        tokio::time::timeout(Duration::from_secs(20), latches[i + 1].await_leadership()).await??;
-        us.push(t0.elapsed().as_micros() as u64);
-    }
-    latches[n - 1].close().await?;
-    Ok(us)
-}
-
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let candidates = arg(&args, "--candidates", 11).max(2);
-    let repeats = arg(&args, "--repeats", 3).max(1);
-    let (_server, connect) = match std::env::var("ZK_CONNECT") {
-        Ok(connect) => (None, connect),
-        Err(_) => {
-            let server = TestingServer::start().await?;
-            let connect = server.connect_string().to_owned();
-            (Some(server), connect)
+    let Some((name, params)) = rest.split_first() else {
+        return Err("no workload given".to_owned());
+    };
+    let expect = |n: usize, shape: &str| {
+        if params.len() == n {
+            Ok(())
+        } else {
+            Err(format!("`{name}` takes {shape}, got {params:?}"))
         }
     };
-    eprintln!(
-        "bench: ZooKeeper at {connect}, {candidates} candidates, {repeats} measured passes per side"
-    );
+    let positive = |i: usize, what: &str, min: u64| -> Result<u64, String> {
+        let text = params.get(i).map_or("", String::as_str);
+        match text.parse::<u64>() {
+            Ok(v) if v >= min => Ok(v),
+            _ => Err(format!(
+                "{what} must be a whole number >= {min}, got {text:?}"
+            )),
+        }
+    };
+    let count = |i: usize, what: &str, min: u64| {
+        positive(i, what, min).and_then(|v| usize::try_from(v).map_err(|e| e.to_string()))
+    };
+    let workload = match name.as_str() {
+        "handover" => {
+            expect(2, "N R")?;
+            Workload::Handover {
+                candidates: count(0, "N (candidates)", 2)?,
+                rounds: count(1, "R (rounds)", 1)?,
+            }
+        }
+        "join" => {
+            expect(1, "N")?;
+            Workload::Join {
+                candidates: count(0, "N (candidates)", 1)?,
+            }
+        }
+        "lock" => {
+            expect(2, "C S")?;
+            Workload::Lock {
+                clients: count(0, "C (clients)", 1)?,
+                seconds: positive(1, "S (seconds)", 1)?,
+            }
+        }
+        "many" => {
+            expect(1, "N")?;
+            Workload::Many {
+                latches: count(0, "N (latches)", 1)?,
+            }
+        }
+        "server" => {
+            expect(0, "no arguments")?;
+            if connect.is_some() {
+                return Err("`server` starts its own ZooKeeper: no --connect".to_owned());
+            }
+            Workload::Server
+        }
+        other => return Err(format!("unknown workload {other:?}")),
+    };
+    Ok(Args { connect, workload })
+}
 
-    let session = Session::builder(&connect)
+/// The `host:port` of the first server in a connect string (`h1:p1,h2:p2/chroot`).
+fn first_host(connect: &str) -> &str {
+    let hosts = connect.split('/').next().unwrap_or(connect);
+    hosts.split(',').next().unwrap_or(hosts).trim()
+}
+
+/// The nearest-rank percentile `q` (0 < q <= 1) of `values`; `None` when there are none.
+fn percentile<T: Copy + PartialOrd>(values: &[T], q: f64) -> Option<T> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied()
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// One `zk_packets_received` reading and when its answer came.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    packets: u64,
+    at: Instant,
+}
+
+/// A measured window's request count: its packet difference, minus what its one closing read
+/// adds, minus the background seen in the control window (`control.0` to `control.1`, which
+/// ends where the window starts) scaled to the window's length. Also returns that background.
+fn window_requests(control: (Reading, Reading), end: Reading, per_read: f64) -> (f64, f64) {
+    let (from, start) = control;
+    let idle = start.packets.saturating_sub(from.packets) as f64 - per_read;
+    let idle_secs = start.at.saturating_duration_since(from.at).as_secs_f64();
+    let window_secs = end.at.saturating_duration_since(start.at).as_secs_f64();
+    let background = if idle_secs > 0.0 {
+        idle.max(0.0) * window_secs / idle_secs
+    } else {
+        0.0
+    };
+    let counted = end.packets.saturating_sub(start.packets) as f64 - per_read;
+    (counted - background, background)
+}
+
+/// Counts server-side requests with `mntr` (see the module docs).
+struct Packets {
+    address: String,
+    per_read: f64,
+}
+
+/// An open window: its control window's two readings.
+struct Opened {
+    control: (Reading, Reading),
+}
+
+impl Packets {
+    /// Calibrates what one `mntr` read adds, with back-to-back reads.
+    async fn calibrate(address: &str) -> Result<Packets> {
+        let mut packets = Packets {
+            address: address.to_owned(),
+            per_read: 0.0,
+        };
+        let mut readings = Vec::with_capacity(CALIBRATION_READS);
+        for _ in 0..CALIBRATION_READS {
+            readings.push(packets.read().await?);
+        }
+        let deltas: Vec<f64> = readings
+            .windows(2)
+            .map(|w| w[1].packets.saturating_sub(w[0].packets) as f64)
+            .collect();
+        packets.per_read = percentile(&deltas, 0.5).unwrap_or(0.0);
+        eprintln!(
+            "bench: one mntr read adds {} packets (median of {} back-to-back reads of {address})",
+            packets.per_read,
+            deltas.len()
+        );
+        Ok(packets)
+    }
+
+    async fn read(&self) -> Result<Reading> {
+        let mntr = testing::mntr(&self.address).await?;
+        let packets = mntr
+            .get("zk_packets_received")
+            .ok_or_else(|| format!("mntr of {} has no zk_packets_received", self.address))?
+            .parse()?;
+        Ok(Reading {
+            packets,
+            at: Instant::now(),
+        })
+    }
+
+    /// Opens a window after a control window of `control` in which nothing of ours happens.
+    async fn open(&self, control: Duration) -> Result<Opened> {
+        let from = self.read().await?;
+        tokio::time::sleep(control).await;
+        let start = self.read().await?;
+        Ok(Opened {
+            control: (from, start),
+        })
+    }
+
+    /// Closes a window [`SETTLE`] after its end: returns the requests in it and the background
+    /// that was taken out.
+    async fn close(&self, opened: Opened) -> Result<(f64, f64)> {
+        tokio::time::sleep(SETTLE).await;
+        let end = self.read().await?;
+        Ok(window_requests(opened.control, end, self.per_read))
+    }
+}
+
+/// Waits for `fut` at most [`WAIT`]; the error says what did not happen.
+async fn bounded<T>(what: impl FnOnce() -> String, fut: impl Future<Output = T>) -> Result<T> {
+    tokio::time::timeout(WAIT, fut)
+        .await
+        .map_err(|_| format!("{} (waited {WAIT:?})", what()).into())
+}
+
+/// The server the bench talks to: given, or embedded (kept alive as long as this is).
+struct Target {
+    connect: String,
+    _server: Option<TestingServer>,
+}
+
+async fn embedded_server() -> Result<TestingServer> {
+    Ok(TestingServer::builder().tick_time(TICK).start().await?)
+}
+
+async fn target(connect: Option<String>) -> Result<Target> {
+    let given = connect.or_else(|| std::env::var("ZK_CONNECT").ok().filter(|c| !c.is_empty()));
+    if let Some(connect) = given {
+        return Ok(Target {
+            connect,
+            _server: None,
+        });
+    }
+    let server = embedded_server().await?;
+    eprintln!(
+        "bench: embedded ZooKeeper at {} (tickTime {TICK:?}, fsync on)",
+        server.connect_string()
+    );
+    Ok(Target {
+        connect: server.connect_string().to_owned(),
+        _server: Some(server),
+    })
+}
+
+async fn connect_one(connect: &str) -> Result<Session> {
+    Ok(Session::builder(connect)
         .session_timeout(SESSION_TIMEOUT)
         .connect()
-        .await?;
-    rust_pass(&session, candidates).await?; // warm-up
-    let mut rust = Vec::new();
-    for _ in 0..repeats {
-        rust.extend(rust_pass(&session, candidates).await?);
-    }
-    let rust = figures(rust);
-    print("rust", candidates, &rust);
-    session.close().await?;
+        .await?)
+}
 
-    if let Err(why) = curator::java_available() {
-        eprintln!("bench: no Curator figures: {why}");
-        return Ok(());
-    }
-    let mut peer = curator::CuratorPeer::spawn(&connect, SESSION_TIMEOUT).await;
-    let mut java = Vec::new();
-    for pass in 0..=repeats {
-        let path = format!("/bench/curator-{}", uuid::Uuid::new_v4().simple());
-        let reply = peer
-            .cmd(&format!("bench_latch_handover {path} {candidates}"))
-            .await;
-        let list = reply.trim_start_matches("ok bench_latch_handover ").trim();
-        let us: Vec<u64> = list.split(',').filter_map(|v| v.parse().ok()).collect();
-        if pass > 0 {
-            java.extend(us); // pass 0 warms the JIT up
+/// `n` connected sessions, [`CONNECTS_IN_FLIGHT`] connecting at a time.
+async fn connect_sessions(connect: &str, n: usize) -> Result<Vec<Session>> {
+    let started = Instant::now();
+    let sessions: Vec<Result<Session>> = futures::stream::iter(0..n)
+        .map(|_| connect_one(connect))
+        .buffer_unordered(CONNECTS_IN_FLIGHT)
+        .collect()
+        .await;
+    let sessions = sessions.into_iter().collect::<Result<Vec<_>>>()?;
+    let negotiated = sessions.first().and_then(Session::negotiated_timeout);
+    eprintln!(
+        "bench: {n} sessions connected in {:?} (session timeout {negotiated:?})",
+        started.elapsed()
+    );
+    Ok(sessions)
+}
+
+async fn close_sessions(sessions: &[Session]) {
+    futures::future::join_all(sessions.iter().map(Session::close)).await;
+}
+
+/// A fresh path under [`ROOT`], `/zkr-bench/<what>-rust-<8 hex digits>`.
+fn fresh_path(what: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{ROOT}/{what}-rust-{}", &id[..8])
+}
+
+/// Creates [`ROOT`] and, as a container (as the recipes create their paths; the server removes it
+/// once its last child has gone), `path`, outside any measured window.
+async fn ensure_path(session: &Session, path: &str) -> Result<()> {
+    use zookeeper_client::{Acls, CreateMode};
+    let client = session.client()?;
+    for (p, mode) in [
+        (ROOT, CreateMode::Persistent),
+        (path, CreateMode::Container),
+    ] {
+        match client
+            .create(p, b"", &mode.with_acls(Acls::anyone_all()))
+            .await
+        {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(e) => return Err(e.into()),
         }
     }
-    peer.quit().await;
-    let java = figures(java);
-    print("curator", candidates, &java);
-    println!(
-        "bench=latch_handover ratio=curator/rust median={:.2} p90={:.2}",
-        java.median as f64 / rust.median.max(1) as f64,
-        java.p90 as f64 / rust.p90.max(1) as f64
-    );
     Ok(())
+}
+
+/// This process's resident set in KiB.
+fn rss_kb() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .ok_or("no VmRSS in /proc/self/status")?;
+    let kb = line.trim().trim_end_matches("kB").trim();
+    Ok(kb.parse()?)
+}
+
+fn figure(name: &str, value: impl std::fmt::Display, unit: &str) {
+    println!("{name} {value} {unit}");
+}
+
+/// A handover candidate: its session and its current latch.
+struct Candidate {
+    session: Session,
+    latch: Arc<LeaderLatch>,
+    id: String,
+}
+
+async fn start_latch(session: &Session, path: &str, id: &str) -> Result<Arc<LeaderLatch>> {
+    let latch = LeaderLatch::builder(session, path).id(id).start().await?;
+    bounded(
+        || format!("latch {id} did not create its node on {path}"),
+        latch.wait_joined(WAIT),
+    )
+    .await??;
+    Ok(Arc::new(latch))
+}
+
+async fn handover(target: &Target, candidates: usize, rounds: usize) -> Result<()> {
+    let packets = Packets::calibrate(first_host(&target.connect)).await?;
+    let sessions = connect_sessions(&target.connect, candidates).await?;
+    let path = fresh_path("handover");
+    let mut queue = VecDeque::with_capacity(candidates);
+    for (i, session) in sessions.iter().enumerate() {
+        let id = format!("rust-{i}");
+        let latch = start_latch(session, &path, &id).await?;
+        queue.push_back(Candidate {
+            session: session.clone(),
+            latch,
+            id,
+        });
+    }
+    if let Some(first) = queue.front() {
+        bounded(
+            || format!("the first candidate {} did not become leader", first.id),
+            first.latch.await_leadership(),
+        )
+        .await??;
+    }
+    eprintln!("bench: {candidates} candidates joined {path}");
+    tokio::time::sleep(SETTLE).await;
+
+    let mut millis = Vec::with_capacity(rounds);
+    let mut requests = Vec::with_capacity(rounds);
+    let mut backgrounds = Vec::with_capacity(rounds);
+    for round in 0..WARMUP_ROUNDS + rounds {
+        let leader = queue.pop_front().ok_or("no candidates")?;
+        let successor = queue.front().ok_or("no successor")?;
+        let successor_id = successor.id.clone();
+        let opened = packets.open(HANDOVER_CONTROL).await?;
+        // The successor waits before the close begins, in a task of its own.
+        let waiting = Arc::clone(&successor.latch);
+        let (ready, is_ready) = tokio::sync::oneshot::channel();
+        let known = tokio::spawn(async move {
+            let _ = ready.send(());
+            waiting.await_leadership().await?;
+            Ok::<_, zookeeper_recipes::Error>(Instant::now())
+        });
+        is_ready.await?;
+        let t0 = Instant::now();
+        leader.latch.close().await?;
+        let known = bounded(
+            || format!("round {round}: successor {successor_id} did not learn that it leads"),
+            known,
+        )
+        .await???;
+        let (count, background) = packets.close(opened).await?;
+        if round >= WARMUP_ROUNDS {
+            millis.push(known.saturating_duration_since(t0).as_secs_f64() * 1e3);
+            requests.push(count);
+            backgrounds.push(background);
+        }
+        // Back in line behind everyone, on the same session: N stays constant.
+        let latch = start_latch(&leader.session, &path, &leader.id).await?;
+        queue.push_back(Candidate { latch, ..leader });
+        tokio::time::sleep(SETTLE).await;
+    }
+
+    let whole: Vec<i64> = requests.iter().map(|r| r.round() as i64).collect();
+    eprintln!(
+        "bench: handover N={candidates} R={rounds}: requests per handover mean {:.2} (min {}, max {}), \
+         background taken out per window mean {:.2}",
+        mean(&requests),
+        whole.iter().min().copied().unwrap_or(0),
+        whole.iter().max().copied().unwrap_or(0),
+        mean(&backgrounds)
+    );
+    figure(
+        "handover_ms_p50",
+        format_args!("{:.3}", percentile(&millis, 0.5).unwrap_or(f64::NAN)),
+        "ms",
+    );
+    figure(
+        "handover_ms_p99",
+        format_args!("{:.3}", percentile(&millis, 0.99).unwrap_or(f64::NAN)),
+        "ms",
+    );
+    figure(
+        "requests_per_handover_p50",
+        percentile(&whole, 0.5).unwrap_or(-1),
+        "requests",
+    );
+
+    for c in &queue {
+        c.latch.close().await?;
+    }
+    close_sessions(&sessions).await;
+    Ok(())
+}
+
+async fn join(target: &Target, candidates: usize) -> Result<()> {
+    let packets = Packets::calibrate(first_host(&target.connect)).await?;
+    let sessions = connect_sessions(&target.connect, candidates).await?;
+    let first = sessions.first().ok_or("no sessions")?;
+    let path = fresh_path("join");
+    ensure_path(first, &path).await?;
+    tokio::time::sleep(SETTLE).await;
+
+    let opened = packets.open(JOIN_CONTROL).await?;
+    let t0 = Instant::now();
+    let mut latches = Vec::with_capacity(candidates);
+    for (i, session) in sessions.iter().enumerate() {
+        latches.push(
+            LeaderLatch::builder(session, &path)
+                .id(format!("rust-{i}"))
+                .start()
+                .await?,
+        );
+    }
+    let all_joined = async {
+        let joined = futures::future::join_all(latches.iter().map(|l| l.wait_joined(WAIT))).await;
+        joined.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok::<_, zookeeper_recipes::Error>(Instant::now())
+    };
+    let one_leads = async {
+        let waits = latches.iter().map(|l| Box::pin(l.await_leadership()));
+        futures::future::select_ok(waits).await?;
+        Ok::<_, zookeeper_recipes::Error>(Instant::now())
+    };
+    let (joined, led) = bounded(
+        || format!("{candidates} latches did not all join {path} with one leader"),
+        async { tokio::join!(all_joined, one_leads) },
+    )
+    .await?;
+    let done = joined?.max(led?);
+    let (count, background) = packets.close(opened).await?;
+    eprintln!(
+        "bench: join N={candidates}: {count:.1} requests ({background:.1} background taken out)"
+    );
+    figure(
+        "join_all_ms",
+        format_args!("{:.3}", (done - t0).as_secs_f64() * 1e3),
+        "ms",
+    );
+    figure("join_requests", count.round() as i64, "requests");
+
+    for latch in &latches {
+        latch.close().await?;
+    }
+    close_sessions(&sessions).await;
+    Ok(())
+}
+
+async fn lock(target: &Target, clients: usize, seconds: u64) -> Result<()> {
+    let sessions = connect_sessions(&target.connect, clients).await?;
+    let path = fresh_path("lock");
+    let measured_from = Instant::now() + LOCK_WARMUP;
+    let until = measured_from + Duration::from_secs(seconds);
+    let mut tasks = Vec::with_capacity(clients);
+    for (i, session) in sessions.iter().enumerate() {
+        let mutex = InterProcessMutex::builder(session, &path)
+            .id(format!("rust-{i}"))
+            .build()?;
+        tasks.push(tokio::spawn(async move {
+            let mut measured = 0u64;
+            loop {
+                let guard = bounded(
+                    || format!("client {i} did not acquire the mutex"),
+                    mutex.acquire(),
+                )
+                .await??;
+                guard.release().await?;
+                let now = Instant::now();
+                if now >= until {
+                    return Ok::<_, BoxError>(measured);
+                }
+                if now >= measured_from {
+                    measured += 1;
+                }
+            }
+        }));
+    }
+    let mut total = 0u64;
+    for task in tasks {
+        total += task.await??;
+    }
+    eprintln!("bench: lock C={clients} S={seconds}: {total} cycles in the measured {seconds} s");
+    figure(
+        "lock_ops_per_s",
+        format_args!("{:.1}", total as f64 / seconds as f64),
+        "ops/s",
+    );
+    close_sessions(&sessions).await;
+    Ok(())
+}
+
+async fn many(target: &Target, latches: usize) -> Result<()> {
+    let session = connect_one(&target.connect).await?;
+    let parent = fresh_path("many");
+    ensure_path(&session, &parent).await?;
+    let rss_before = rss_kb()?;
+    let t0 = Instant::now();
+    let mut started = Vec::with_capacity(latches);
+    for i in 0..latches {
+        started.push(
+            LeaderLatch::builder(&session, format!("{parent}/e{i}"))
+                .id(format!("rust-{i}"))
+                .start()
+                .await?,
+        );
+    }
+    let joined = bounded(
+        || format!("{latches} latches on one session did not all join under {parent}"),
+        futures::future::join_all(started.iter().map(|l| l.wait_joined(WAIT))),
+    )
+    .await?;
+    joined.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let elapsed = t0.elapsed();
+    let rss_after = rss_kb()?;
+    eprintln!("bench: many N={latches}: RSS {rss_before} kB before, {rss_after} kB after");
+    figure(
+        "many_start_ms",
+        format_args!("{:.3}", elapsed.as_secs_f64() * 1e3),
+        "ms",
+    );
+    figure(
+        "rss_kb_per_latch",
+        format_args!(
+            "{:.2}",
+            (rss_after as f64 - rss_before as f64) / latches as f64
+        ),
+        "kb",
+    );
+
+    for latch in &started {
+        latch.close().await?;
+    }
+    session.close().await?;
+    Ok(())
+}
+
+/// Serves an embedded server until stdin closes.
+async fn server() -> Result<()> {
+    let server = embedded_server().await?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "connect {}", server.connect_string())?;
+    out.flush()?;
+    drop(out);
+    eprintln!(
+        "bench: serving ZooKeeper at {} (tickTime {TICK:?}, fsync on) until stdin closes",
+        server.connect_string()
+    );
+    tokio::task::spawn_blocking(|| {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 4096];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+    })
+    .await?;
+    drop(server);
+    Ok(())
+}
+
+async fn run(args: Args) -> Result<()> {
+    if args.workload == Workload::Server {
+        return server().await;
+    }
+    let target = target(args.connect).await?;
+    match args.workload {
+        Workload::Handover { candidates, rounds } => handover(&target, candidates, rounds).await,
+        Workload::Join { candidates } => join(&target, candidates).await,
+        Workload::Lock { clients, seconds } => lock(&target, clients, seconds).await,
+        Workload::Many { latches } => many(&target, latches).await,
+        Workload::Server => server().await,
+    }
+}
+
+fn main() -> ExitCode {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+    }
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if matches!(raw.first().map(String::as_str), Some("-h" | "--help")) {
+        eprintln!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args(&raw) {
+        Ok(args) => args,
+        Err(why) => {
+            eprintln!("bench: {why}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Result<Args, String> {
+        let v: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        parse_args(&v)
+    }
+
+    #[test]
+    fn workloads_and_connect_are_parsed() {
+        assert_eq!(
+            args("handover 20 200"),
+            Ok(Args {
+                connect: None,
+                workload: Workload::Handover {
+                    candidates: 20,
+                    rounds: 200
+                }
+            })
+        );
+        assert_eq!(
+            args("--connect h1:2181,h2:2181 lock 4 10"),
+            Ok(Args {
+                connect: Some("h1:2181,h2:2181".into()),
+                workload: Workload::Lock {
+                    clients: 4,
+                    seconds: 10
+                }
+            })
+        );
+        assert_eq!(
+            args("join 200").map(|a| a.workload),
+            Ok(Workload::Join { candidates: 200 })
+        );
+        assert_eq!(
+            args("many 1000").map(|a| a.workload),
+            Ok(Workload::Many { latches: 1000 })
+        );
+        assert_eq!(args("server").map(|a| a.workload), Ok(Workload::Server));
+    }
+
+    #[test]
+    fn bad_arguments_are_rejected_with_a_reason() {
+        for (line, says) in [
+            ("", "no workload"),
+            ("handover 1 10", "N (candidates)"),
+            ("handover 20", "takes N R"),
+            ("handover 20 x", "R (rounds)"),
+            ("lock 1 0", "S (seconds)"),
+            ("join -3", "N (candidates)"),
+            ("many 10 10", "takes N"),
+            ("bogus 1", "unknown workload"),
+            ("--connect", "needs HOSTS"),
+            ("--connect server", "no workload"),
+            ("--connect h:1 server", "no --connect"),
+            ("join 5 --connect h:1", "takes N"),
+        ] {
+            let err = args(line).expect_err(line);
+            assert!(err.contains(says), "{line:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn mntr_goes_to_the_first_host() {
+        assert_eq!(first_host("127.0.0.1:2181"), "127.0.0.1:2181");
+        assert_eq!(first_host("a:1,b:2,c:3/chroot/x"), "a:1");
+        assert_eq!(first_host("a:1/chroot"), "a:1");
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), Some(100.0));
+        assert_eq!(percentile(&v, 0.99), Some(198.0));
+        assert_eq!(percentile(&[3, 1, 2], 0.5), Some(2));
+        assert_eq!(percentile(&[7], 0.99), Some(7));
+        assert_eq!(percentile::<i64>(&[], 0.5), None);
+    }
+
+    #[test]
+    fn window_counts_take_out_the_read_and_the_scaled_background() {
+        let t = Instant::now();
+        let at = |ms: u64, packets: u64| Reading {
+            packets,
+            at: t + Duration::from_millis(ms),
+        };
+        // 50 ms of control with 4 background packets (and 1 for the read): 2 expected in 25 ms.
+        let (count, background) = window_requests((at(0, 100), at(50, 105)), at(75, 111), 1.0);
+        assert!((background - 2.0).abs() < 1e-9, "{background}");
+        assert!((count - 3.0).abs() < 1e-9, "{count}");
+        // Nothing in the background: the difference less the read.
+        let (count, background) = window_requests((at(0, 10), at(50, 10)), at(60, 14), 0.0);
+        assert_eq!((count, background), (4.0, 0.0));
+    }
 }
