@@ -184,10 +184,6 @@ public final class CuratorPeer {
                 String p = present(latches, t[1]).getOurPath();
                 return "ok latch_path " + t[1] + " " + (p == null ? "" : p);
             }
-            case "bench_latch_handover": { // bench_latch_handover <path> <candidates>: examples/bench.rs
-                argc(t, 3);
-                return "ok bench_latch_handover " + benchLatchHandover(t[1], Integer.parseInt(t[2]));
-            }
             case "participants_latch": // a fresh, unstarted latch reads the children: no node of its own
                 argc(t, 2);
                 return "ok participants " + json(new LeaderLatch(client, t[1]).getParticipants());
@@ -324,37 +320,6 @@ public final class CuratorPeer {
             default:
                 return "err " + cmd + " unknown command";
         }
-    }
-
-    /**
-     * The Curator half of examples/bench.rs: {@code n} latches on this client, started one after
-     * another (each node exists before the next starts), then each leader in turn closes and the
-     * time until its successor's {@code await()} returns is measured. Returns the microseconds per
-     * handover, comma-separated.
-     */
-    private String benchLatchHandover(String path, int n) throws Exception {
-        LeaderLatch[] ls = new LeaderLatch[n];
-        for (int i = 0; i < n; i++) {
-            ls[i] = new LeaderLatch(client, path, "java-bench-" + i);
-            ls[i].start();
-            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-            while (ls[i].getOurPath() == null) {
-                if (System.nanoTime() > until) throw new IllegalStateException("latch " + i + " never created its node");
-                Thread.sleep(1);
-            }
-        }
-        if (!ls[0].await(20, TimeUnit.SECONDS)) throw new IllegalStateException("the first latch never led");
-        StringBuilder out = new StringBuilder();
-        for (int i = 0; i + 1 < n; i++) {
-            long t0 = System.nanoTime();
-            ls[i].close();
-            if (!ls[i + 1].await(20, TimeUnit.SECONDS)) throw new IllegalStateException("latch " + (i + 1) + " never led");
-            long us = (System.nanoTime() - t0) / 1000;
-            if (out.length() > 0) out.append(',');
-            out.append(us);
-        }
-        ls[n - 1].close();
-        return out.toString();
     }
 
     private static LeaderSelectorListener selectorListener(String name, Selector s) {
