@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
+import java.util.TreeMap;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -452,10 +453,13 @@ public final class CuratorBench {
         waiter.shutdown();
 
         double[] whole = Arrays.stream(requests).map(Math::rint).toArray();
+        TreeMap<Long, Integer> histogram = new TreeMap<>();
+        for (double w : whole) {
+            histogram.merge((long) w, 1, Integer::sum);
+        }
         System.err.println("CuratorBench: handover N=" + n + " R=" + rounds + ": requests per handover mean "
-                + fixed(mean(requests), 2) + " (min " + (long) Arrays.stream(whole).min().orElse(0)
-                + ", max " + (long) Arrays.stream(whole).max().orElse(0)
-                + "), background taken out per window mean " + fixed(mean(backgrounds), 2));
+                + fixed(mean(requests), 2) + ", rounds per count " + histogram
+                + "; background taken out per window mean " + fixed(mean(backgrounds), 2));
         figure("handover_ms_p50", fixed(percentile(millis, 0.5), 3), "ms");
         figure("handover_ms_p99", fixed(percentile(millis, 0.99), 3), "ms");
         figure("requests_per_handover_p50", Long.toString((long) percentile(whole, 0.5)), "requests");

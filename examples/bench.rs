@@ -497,6 +497,7 @@ async fn handover(target: &Target, candidates: usize, rounds: usize) -> Result<(
             Ok::<_, zookeeper_recipes::Error>(Instant::now())
         });
         is_ready.await?;
+        tracing::debug!(round, leader = %leader.id, successor = %successor_id, "bench: the leader closes");
         let t0 = Instant::now();
         leader.latch.close().await?;
         let known = bounded(
@@ -504,6 +505,7 @@ async fn handover(target: &Target, candidates: usize, rounds: usize) -> Result<(
             known,
         )
         .await???;
+        tracing::debug!(round, successor = %successor_id, "bench: the successor knows it leads");
         let (count, background) = packets.close(opened).await?;
         if round >= WARMUP_ROUNDS {
             millis.push(known.saturating_duration_since(t0).as_secs_f64() * 1e3);
@@ -517,12 +519,14 @@ async fn handover(target: &Target, candidates: usize, rounds: usize) -> Result<(
     }
 
     let whole: Vec<i64> = requests.iter().map(|r| r.round() as i64).collect();
+    let mut histogram = std::collections::BTreeMap::new();
+    for r in &whole {
+        *histogram.entry(*r).or_insert(0usize) += 1;
+    }
     eprintln!(
-        "bench: handover N={candidates} R={rounds}: requests per handover mean {:.2} (min {}, max {}), \
-         background taken out per window mean {:.2}",
+        "bench: handover N={candidates} R={rounds}: requests per handover mean {:.2}, rounds per count \
+         {histogram:?}; background taken out per window mean {:.2}",
         mean(&requests),
-        whole.iter().min().copied().unwrap_or(0),
-        whole.iter().max().copied().unwrap_or(0),
         mean(&backgrounds)
     );
     figure(
