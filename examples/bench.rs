@@ -85,14 +85,17 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::ZooKeeper;
 use futures::StreamExt;
-use zookeeper_recipes::testing::{self, TestingServer};
+use zookeeper_recipes::testing::{self, TestingServer, TestingServerBuilder};
 use zookeeper_recipes::{InterProcessMutex, LeaderLatch, Session};
+
+mod common;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -341,33 +344,8 @@ async fn bounded<T>(what: impl FnOnce() -> String, fut: impl Future<Output = T>)
         .map_err(|_| format!("{} (waited {WAIT:?})", what()).into())
 }
 
-/// The server the bench talks to: given, or embedded (kept alive as long as this is).
-struct Target {
-    connect: String,
-    _server: Option<TestingServer>,
-}
-
-async fn embedded_server() -> Result<TestingServer> {
-    Ok(TestingServer::builder().tick_time(TICK).start().await?)
-}
-
-async fn target(connect: Option<String>) -> Result<Target> {
-    let given = connect.or_else(|| std::env::var("ZK_CONNECT").ok().filter(|c| !c.is_empty()));
-    if let Some(connect) = given {
-        return Ok(Target {
-            connect,
-            _server: None,
-        });
-    }
-    let server = embedded_server().await?;
-    eprintln!(
-        "bench: embedded ZooKeeper at {} (tickTime {TICK:?}, fsync on)",
-        server.connect_string()
-    );
-    Ok(Target {
-        connect: server.connect_string().to_owned(),
-        _server: Some(server),
-    })
+fn embedded_server() -> TestingServerBuilder {
+    TestingServer::builder().tick_time(TICK)
 }
 
 async fn connect_one(connect: &str) -> Result<Session> {
@@ -456,9 +434,9 @@ async fn start_latch(session: &Session, path: &str, id: &str) -> Result<Arc<Lead
     Ok(Arc::new(latch))
 }
 
-async fn handover(target: &Target, candidates: usize, rounds: usize) -> Result<()> {
-    let packets = Packets::calibrate(first_host(&target.connect)).await?;
-    let sessions = connect_sessions(&target.connect, candidates).await?;
+async fn handover(target: &ZooKeeper, candidates: usize, rounds: usize) -> Result<()> {
+    let packets = Packets::calibrate(first_host(target.connect_string())).await?;
+    let sessions = connect_sessions(target.connect_string(), candidates).await?;
     let path = fresh_path("handover");
     let mut queue = VecDeque::with_capacity(candidates);
     for (i, session) in sessions.iter().enumerate() {
@@ -552,9 +530,9 @@ async fn handover(target: &Target, candidates: usize, rounds: usize) -> Result<(
     Ok(())
 }
 
-async fn join(target: &Target, candidates: usize) -> Result<()> {
-    let packets = Packets::calibrate(first_host(&target.connect)).await?;
-    let sessions = connect_sessions(&target.connect, candidates).await?;
+async fn join(target: &ZooKeeper, candidates: usize) -> Result<()> {
+    let packets = Packets::calibrate(first_host(target.connect_string())).await?;
+    let sessions = connect_sessions(target.connect_string(), candidates).await?;
     let first = sessions.first().ok_or("no sessions")?;
     let path = fresh_path("join");
     ensure_path(first, &path).await?;
@@ -605,8 +583,8 @@ async fn join(target: &Target, candidates: usize) -> Result<()> {
     Ok(())
 }
 
-async fn lock(target: &Target, clients: usize, seconds: u64) -> Result<()> {
-    let sessions = connect_sessions(&target.connect, clients).await?;
+async fn lock(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<()> {
+    let sessions = connect_sessions(target.connect_string(), clients).await?;
     let path = fresh_path("lock");
     let measured_from = Instant::now() + LOCK_WARMUP;
     let until = measured_from + Duration::from_secs(seconds);
@@ -648,8 +626,8 @@ async fn lock(target: &Target, clients: usize, seconds: u64) -> Result<()> {
     Ok(())
 }
 
-async fn many(target: &Target, latches: usize) -> Result<()> {
-    let session = connect_one(&target.connect).await?;
+async fn many(target: &ZooKeeper, latches: usize) -> Result<()> {
+    let session = connect_one(target.connect_string()).await?;
     let parent = fresh_path("many");
     ensure_path(&session, &parent).await?;
     let rss_before = rss_kb()?;
@@ -695,7 +673,7 @@ async fn many(target: &Target, latches: usize) -> Result<()> {
 
 /// Serves an embedded server until stdin closes.
 async fn server() -> Result<()> {
-    let server = embedded_server().await?;
+    let server = embedded_server().start().await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "connect {}", server.connect_string())?;
     out.flush()?;
@@ -718,7 +696,8 @@ async fn run(args: Args) -> Result<()> {
     if args.workload == Workload::Server {
         return server().await;
     }
-    let target = target(args.connect).await?;
+    let target = ZooKeeper::given_or_embedded(args.connect, embedded_server()).await?;
+    eprintln!("bench: ZooKeeper is {}", target.describe());
     match args.workload {
         Workload::Handover { candidates, rounds } => handover(&target, candidates, rounds).await,
         Workload::Join { candidates } => join(&target, candidates).await,
@@ -729,13 +708,7 @@ async fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .init();
-    }
+    common::init_tracing();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     if matches!(raw.first().map(String::as_str), Some("-h" | "--help")) {
         eprintln!("{USAGE}");
@@ -753,18 +726,13 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("bench: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return common::exit_code(Err(e.into())),
     };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_code(
+        runtime
+            .block_on(run(args))
+            .map_err(|e| -> Box<dyn std::error::Error> { e }),
+    )
 }
 
 #[cfg(test)]

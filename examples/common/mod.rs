@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use zookeeper_recipes::testing::TestingServer;
+use zookeeper_recipes::testing::{TestingServer, TestingServerBuilder};
 
 /// The environment variable that names an existing ensemble (`host:port[,host:port...][/chroot]`).
 pub(crate) const ZK_CONNECT: &str = "ZK_CONNECT";
@@ -27,16 +27,23 @@ impl ZooKeeper {
     /// Debian's `zookeeper` package or `$ZOOKEEPER_HOME`). When Java or ZooKeeper is missing, the
     /// error is the harness's, which says what to install.
     pub(crate) async fn from_env() -> Result<ZooKeeper, String> {
-        if let Some(connect) = std::env::var(ZK_CONNECT)
-            .ok()
-            .filter(|c| !c.trim().is_empty())
-        {
+        ZooKeeper::given_or_embedded(None, TestingServer::builder()).await
+    }
+
+    /// `connect` when given (a `--connect` option), else as [`from_env`](Self::from_env), with an
+    /// embedded server started by `server` (for non-default settings, such as a tick time).
+    pub(crate) async fn given_or_embedded(
+        connect: Option<String>,
+        server: TestingServerBuilder,
+    ) -> Result<ZooKeeper, String> {
+        let given = connect.or_else(|| std::env::var(ZK_CONNECT).ok());
+        if let Some(connect) = given.filter(|c| !c.trim().is_empty()) {
             return Ok(ZooKeeper {
                 connect,
                 embedded: None,
             });
         }
-        let server = TestingServer::start().await.map_err(|e| {
+        let server = server.start().await.map_err(|e| {
             format!(
                 "could not start an embedded ZooKeeper: {e}\n\
                  (or run against an existing ensemble: {ZK_CONNECT}=host:port[,host:port...])"
@@ -63,11 +70,12 @@ impl ZooKeeper {
 }
 
 /// Logs to stderr when `RUST_LOG` is set (`RUST_LOG=zookeeper_recipes=debug` shows the watch
-/// traffic).
+/// traffic); colours only on a terminal, so that a log file can be read and parsed.
 pub(crate) fn init_tracing() {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .try_init();
     }
