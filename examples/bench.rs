@@ -30,10 +30,13 @@
 //! # Sessions
 //!
 //! Every session asks for a 60 s session timeout (the server may lower it; the negotiated value is
-//! printed on stderr). A session then proves itself alive every 7.5 s (1/8 of the timeout), and
-//! the client pings when it has sent nothing for 10 s: a few milliseconds of a measured window see
-//! a heartbeat of one of N sessions with a chance of about N / 1000, and the control windows
-//! below take those out of the counts.
+//! printed on stderr), so that heartbeats are rare: a session proves itself alive every 7.5 s
+//! (1/8 of the timeout; zookeeper-client's own pings, after 9 s without a send at this timeout,
+//! then never come). With N sessions that is still N / 7.5 packets a second that are not the
+//! workload's, and in bursts, since sessions that connected together beat together; the control
+//! windows below take them out of the counts. (A Curator client pings after 10 s without a send,
+//! and also as soon as anything wakes it after such a silence, such as a watch event: see
+//! `bench/CuratorBench.java`.)
 //!
 //! # Workloads
 //!
@@ -67,21 +70,22 @@
 //! ```
 //!
 //! - `per_read` is what one `mntr` read adds itself, calibrated in the same run as the median
-//!   difference of 20 back-to-back reads (0 on ZooKeeper 3.8, which answers four-letter words
-//!   before it counts packets; the bench measures it rather than assuming it). The window's last
-//!   read is the only read inside it.
+//!   difference of 21 back-to-back reads (1 on ZooKeeper 3.8.0; measured, not assumed). The
+//!   window's last read is the only read inside it.
 //! - `background` is the other sessions' idle traffic (pings, heartbeats), measured by a control
 //!   window right before: two reads with nothing of the benchmark happening between them (50 ms
 //!   for a handover, 1 s for a join), their difference minus `per_read`, scaled to the measured
-//!   window's length. Pings come in bursts (sessions that connected together ping together), so
-//!   the control window is adjacent to the one it corrects rather than measured once per run.
+//!   window's length. Heartbeats come in bursts, so the control window is adjacent to the one it
+//!   corrects rather than measured once per run. A burst that straddles the two still skews one
+//!   round either way, which the median shrugs off.
 //! - The window's end read waits 10 ms after the event that ends it (the successor knows it
-//!   leads, every node exists), so that requests sent just after it (the new leader's watch on its
-//!   own node, a latch's first listing) have arrived and are counted. The next window's control
-//!   starts 10 ms after the rejoined candidate has its node, for the same reason.
+//!   leads, every node exists), so that requests sent just after it (a watch the new leader sets,
+//!   a latch's first listing) have arrived and are counted. The next window's control starts
+//!   10 ms after the rejoined candidate has its node, for the same reason.
 //!
 //! Each round's count is rounded to a whole number of requests; `requests_per_handover_p50` is
-//! their median. stderr also shows the mean before rounding and the mean background.
+//! their median. stderr also shows the spread: p90 and max of the times, how many rounds counted
+//! how many requests, and the mean background taken out.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -502,8 +506,10 @@ async fn handover(target: &ZooKeeper, candidates: usize, rounds: usize) -> Resul
         *histogram.entry(*r).or_insert(0usize) += 1;
     }
     eprintln!(
-        "bench: handover N={candidates} R={rounds}: requests per handover mean {:.2}, rounds per count \
-         {histogram:?}; background taken out per window mean {:.2}",
+        "bench: handover N={candidates} R={rounds}: ms p90 {:.3}, max {:.3}; requests per handover \
+         mean {:.2}, rounds per count {histogram:?}; background taken out per window mean {:.2}",
+        percentile(&millis, 0.9).unwrap_or(f64::NAN),
+        percentile(&millis, 1.0).unwrap_or(f64::NAN),
         mean(&requests),
         mean(&backgrounds)
     );
