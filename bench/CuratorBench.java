@@ -522,14 +522,16 @@ public final class CuratorBench {
         long measuredFrom = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(LOCK_WARMUP_MS);
         long until = measuredFrom + TimeUnit.SECONDS.toNanos(seconds);
         ExecutorService pool = Executors.newFixedThreadPool(c);
-        List<Future<Long>> tasks = new ArrayList<>();
+        List<Future<long[]>> tasks = new ArrayList<>();
         for (int i = 0; i < c; i++) {
             CuratorFramework client = clients.get(i);
             int index = i;
             tasks.add(pool.submit(() -> {
                 InterProcessMutex mutex = new InterProcessMutex(client, path);
                 long measured = 0;
+                long longest = 0;
                 while (true) {
+                    long started = System.nanoTime();
                     if (!mutex.acquire(WAIT_S, TimeUnit.SECONDS)) {
                         throw new IllegalStateException("client " + index + " did not acquire the mutex (waited "
                                 + WAIT_S + " s)");
@@ -537,21 +539,25 @@ public final class CuratorBench {
                     mutex.release();
                     long now = System.nanoTime();
                     if (now >= until) {
-                        return measured;
+                        return new long[] {measured, longest};
                     }
                     if (now >= measuredFrom) {
                         measured++;
+                        longest = Math.max(longest, now - started);
                     }
                 }
             }));
         }
         long total = 0;
-        for (Future<Long> t : tasks) {
-            total += t.get();
+        List<String> perClient = new ArrayList<>();
+        for (Future<long[]> t : tasks) {
+            long[] r = t.get();
+            total += r[0];
+            perClient.add(r[0] + " (longest " + fixed(r[1] / 1e6, 1) + " ms)");
         }
         pool.shutdown();
         System.err.println("CuratorBench: lock C=" + c + " S=" + seconds + ": " + total
-                + " cycles in the measured " + seconds + " s");
+                + " cycles in the measured " + seconds + " s; per client: " + String.join(", ", perClient));
         figure("lock_ops_per_s", fixed((double) total / seconds, 1), "ops/s");
         closeAll(clients);
     }

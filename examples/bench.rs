@@ -601,7 +601,9 @@ async fn lock(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<()> {
             .build()?;
         tasks.push(tokio::spawn(async move {
             let mut measured = 0u64;
+            let mut longest = Duration::ZERO;
             loop {
+                let started = Instant::now();
                 let guard = bounded(
                     || format!("client {i} did not acquire the mutex"),
                     mutex.acquire(),
@@ -610,19 +612,29 @@ async fn lock(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<()> {
                 guard.release().await?;
                 let now = Instant::now();
                 if now >= until {
-                    return Ok::<_, BoxError>(measured);
+                    return Ok::<_, BoxError>((measured, longest));
                 }
                 if now >= measured_from {
                     measured += 1;
+                    longest = longest.max(now - started);
                 }
             }
         }));
     }
     let mut total = 0u64;
+    let mut per_client = Vec::with_capacity(clients);
     for task in tasks {
-        total += task.await??;
+        let (measured, longest) = task.await??;
+        total += measured;
+        per_client.push(format!(
+            "{measured} (longest {:.1} ms)",
+            longest.as_secs_f64() * 1e3
+        ));
     }
-    eprintln!("bench: lock C={clients} S={seconds}: {total} cycles in the measured {seconds} s");
+    eprintln!(
+        "bench: lock C={clients} S={seconds}: {total} cycles in the measured {seconds} s; per client: {}",
+        per_client.join(", ")
+    );
     figure(
         "lock_ops_per_s",
         format_args!("{:.1}", total as f64 / seconds as f64),
