@@ -125,6 +125,13 @@ run_side() { # side workload...
     done <<<"$out"
 }
 
+# Stall time (microseconds) from /proc/pressure: `full` for I/O (every task waited on the disk),
+# `some` for CPU (a task waited for a core). The table's header says how loaded the machine was.
+stall_us() { # io|cpu some|full
+    awk -v kind="$2" '$1 == kind { sub("total=", "", $5); print $5 }' "/proc/pressure/$1" 2>/dev/null || echo 0
+}
+io0=$(stall_us io full)
+cpu0=$(stall_us cpu some)
 started=$(date +%s)
 for w in "${workloads[@]}"; do
     read -ra args <<<"$w"
@@ -148,9 +155,15 @@ better_of() {
     esac
 }
 
+elapsed=$(($(date +%s) - started))
+pressure() { # stall before, stall after: percent of the run
+    awk -v a="$1" -v b="$2" -v t="$elapsed" 'BEGIN { if (t > 0 && b >= a) printf "%.0f%%", (b - a) / 1e4 / t; else print "?" }'
+}
 printf '\n%s, %s cores, %s, ZooKeeper %s standalone (tickTime 500, fsync on), %ss\n' \
     "$(date -u +%Y-%m-%d)" "$(nproc)" "$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")" \
-    "$(zk_version || true)" "$(($(date +%s) - started))"
+    "$(zk_version || true)" "$elapsed"
+printf 'machine load during the run: every task stalled on I/O %s of the time, some task waiting for a core %s\n' \
+    "$(pressure "$io0" "$(stall_us io full)")" "$(pressure "$cpu0" "$(stall_us cpu some)")"
 printf '\n| %-17s | %-36s | %10s | %10s | %12s | %-6s |\n' workload figure rust curator rust/curator better
 printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1..38})" \
     "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..8})"
