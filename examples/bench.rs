@@ -50,8 +50,9 @@
 //!   `handover_ms_p99` (nearest rank) and `requests_per_handover_p50`.
 //! - `join N`: N sessions, connected before the window opens; the election path exists and has no
 //!   children. All N latches are started at once; the window ends when every latch has its node
-//!   ([`LeaderLatch::wait_joined`]) and one of them knows it leads. Prints `join_all_ms` and
-//!   `join_requests`.
+//!   ([`LeaderLatch::wait_joined`]) and one of them knows it leads. That is done 5 times, each
+//!   time on a fresh path after the previous latches have closed (one sample swings by 10x on a
+//!   busy machine); prints the medians, `join_all_ms` and `join_requests`.
 //! - `lock C S`: C sessions, each with an [`InterProcessMutex`] on one path, each looping
 //!   acquire + release. After 1 s of unmeasured warm-up, the acquire+release cycles completed in
 //!   the next S seconds, over all clients, divided by S: `lock_ops_per_s`.
@@ -130,6 +131,8 @@ const SETTLE: Duration = Duration::from_millis(10);
 const HANDOVER_CONTROL: Duration = Duration::from_millis(50);
 /// The control window before a join.
 const JOIN_CONTROL: Duration = Duration::from_secs(1);
+/// Joins measured; the figures are their medians.
+const JOIN_REPEATS: usize = 5;
 /// Back-to-back `mntr` reads that calibrate what one read adds.
 const CALIBRATION_READS: usize = 21;
 /// The bound on every single wait of the bench (a join of 1,000 included).
@@ -539,6 +542,34 @@ async fn handover(target: &ZooKeeper, candidates: usize, rounds: usize) -> Resul
 async fn join(target: &ZooKeeper, candidates: usize) -> Result<()> {
     let packets = Packets::calibrate(first_host(target.connect_string())).await?;
     let sessions = connect_sessions(target.connect_string(), candidates).await?;
+    let mut millis = Vec::with_capacity(JOIN_REPEATS);
+    let mut requests = Vec::with_capacity(JOIN_REPEATS);
+    for repeat in 1..=JOIN_REPEATS {
+        let (ms, count, background) = join_once(&packets, &sessions).await?;
+        eprintln!(
+            "bench: join N={candidates} #{repeat}: {ms:.3} ms, {count:.1} requests \
+             ({background:.1} background taken out)"
+        );
+        millis.push(ms);
+        requests.push(count.round() as i64);
+    }
+    figure(
+        "join_all_ms",
+        format_args!("{:.3}", percentile(&millis, 0.5).unwrap_or(f64::NAN)),
+        "ms",
+    );
+    figure(
+        "join_requests",
+        percentile(&requests, 0.5).unwrap_or(-1),
+        "requests",
+    );
+    close_sessions(&sessions).await;
+    Ok(())
+}
+
+/// One join of every session on a fresh, empty path: its time in ms, its requests and the
+/// background taken out. The latches are closed (their nodes deleted) before it returns.
+async fn join_once(packets: &Packets, sessions: &[Session]) -> Result<(f64, f64, f64)> {
     let first = sessions.first().ok_or("no sessions")?;
     let path = fresh_path("join");
     ensure_path(first, &path).await?;
@@ -546,7 +577,7 @@ async fn join(target: &ZooKeeper, candidates: usize) -> Result<()> {
 
     let opened = packets.open(JOIN_CONTROL).await?;
     let t0 = Instant::now();
-    let mut latches = Vec::with_capacity(candidates);
+    let mut latches = Vec::with_capacity(sessions.len());
     for (i, session) in sessions.iter().enumerate() {
         latches.push(
             LeaderLatch::builder(session, &path)
@@ -566,27 +597,21 @@ async fn join(target: &ZooKeeper, candidates: usize) -> Result<()> {
         Ok::<_, zookeeper_recipes::Error>(Instant::now())
     };
     let (joined, led) = bounded(
-        || format!("{candidates} latches did not all join {path} with one leader"),
+        || {
+            format!(
+                "{} latches did not all join {path} with one leader",
+                sessions.len()
+            )
+        },
         async { tokio::join!(all_joined, one_leads) },
     )
     .await?;
     let done = joined?.max(led?);
     let (count, background) = packets.close(opened).await?;
-    eprintln!(
-        "bench: join N={candidates}: {count:.1} requests ({background:.1} background taken out)"
-    );
-    figure(
-        "join_all_ms",
-        format_args!("{:.3}", (done - t0).as_secs_f64() * 1e3),
-        "ms",
-    );
-    figure("join_requests", count.round() as i64, "requests");
 
-    for latch in &latches {
-        latch.close().await?;
-    }
-    close_sessions(&sessions).await;
-    Ok(())
+    // Close returns once the node is deleted: the next join starts from a quiet server.
+    futures::future::join_all(latches.iter().map(LeaderLatch::close)).await;
+    Ok(((done - t0).as_secs_f64() * 1e3, count, background))
 }
 
 async fn lock(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<()> {
