@@ -152,8 +152,11 @@ pub(crate) enum ContenderEvent {
     /// The session's connection state changed.
     State(ConnectionState),
     /// The server refused a request for good; the contender has stopped (its last event).
-    Failed(Error),
+    Failed(Box<Error>),
 }
+
+/// How many events a subscriber may fall behind before it skips some.
+const EVENTS_BUFFERED: usize = 256;
 
 /// Our own node.
 #[derive(Debug, Clone)]
@@ -179,10 +182,21 @@ struct Shared {
     leadership_tx: watch::Sender<Option<Leadership>>,
     phase_tx: watch::Sender<Phase>,
     node_tx: watch::Sender<Option<String>>,
-    events_tx: broadcast::Sender<ContenderEvent>,
+    /// Made by the first subscriber: most contenders (every mutex acquire) never have one, and a
+    /// channel's buffer is allocated up front.
+    events_tx: std::sync::OnceLock<broadcast::Sender<ContenderEvent>>,
     notify_on_close: std::sync::atomic::AtomicBool,
     /// Why the contender stopped by itself, set before its phase turns `Done`.
     failure: std::sync::OnceLock<Error>,
+}
+
+impl Shared {
+    /// Reports `event` to the subscribers, if there are any.
+    fn emit(&self, event: ContenderEvent) {
+        if let Some(tx) = self.events_tx.get() {
+            let _ = tx.send(event);
+        }
+    }
 }
 
 /// A running contender. Dropping it stops it; its task then deletes the node in the background.
@@ -208,7 +222,6 @@ impl Contender {
         let (leadership_tx, _) = watch::channel(None);
         let (phase_tx, _) = watch::channel(Phase::Joining);
         let (node_tx, _) = watch::channel(None);
-        let (events_tx, _) = broadcast::channel(256);
         let shared = Arc::new(Shared {
             spec,
             session,
@@ -218,7 +231,7 @@ impl Contender {
             leadership_tx,
             phase_tx,
             node_tx,
-            events_tx,
+            events_tx: std::sync::OnceLock::new(),
             notify_on_close: std::sync::atomic::AtomicBool::new(notify_on_close),
             failure: std::sync::OnceLock::new(),
         });
@@ -247,7 +260,10 @@ impl Contender {
     }
 
     pub(crate) fn events(&self) -> broadcast::Receiver<ContenderEvent> {
-        self.shared.events_tx.subscribe()
+        self.shared
+            .events_tx
+            .get_or_init(|| broadcast::channel(EVENTS_BUFFERED).0)
+            .subscribe()
     }
 
     pub(crate) fn set_notify_on_close(&self, notify: bool) {
@@ -327,7 +343,7 @@ impl StateFeed {
             match self.rx.try_recv() {
                 Ok(status) => {
                     if let Some(state) = status.state {
-                        let _ = shared.events_tx.send(ContenderEvent::State(state));
+                        shared.emit(ContenderEvent::State(state));
                     }
                 }
                 Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
@@ -348,7 +364,7 @@ impl StateFeed {
             }
         };
         if let Some(state) = status.state {
-            let _ = shared.events_tx.send(ContenderEvent::State(state));
+            shared.emit(ContenderEvent::State(state));
         }
         status
     }
@@ -404,7 +420,7 @@ async fn run(shared: Arc<Shared>) {
         error!(error = %err, session_id = %shared.session.session_id().map(hex).unwrap_or_default(),
             "the server refuses this contender's requests; it stops (fix the cause and start a new one)");
         let _ = shared.failure.set(err.clone());
-        let _ = shared.events_tx.send(ContenderEvent::Failed(err.clone()));
+        shared.emit(ContenderEvent::Failed(Box::new(err.clone())));
     }
     shared.phase_tx.send_replace(Phase::Done);
     if let Some(node) = node.take() {
@@ -617,7 +633,7 @@ async fn lead_if_owned(
     shared.phase_tx.send_replace(Phase::Leading);
     shared.leadership_tx.send_replace(Some(term.clone()));
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
-    let _ = shared.events_tx.send(ContenderEvent::Leader(term.clone()));
+    shared.emit(ContenderEvent::Leader(term.clone()));
 
     let end = hold(shared, feed, live, own, &held).await;
     drop(held);
@@ -631,9 +647,7 @@ async fn lead_if_owned(
             .notify_on_close
             .load(std::sync::atomic::Ordering::Acquire);
     if notify {
-        let _ = shared
-            .events_tx
-            .send(ContenderEvent::NotLeader { term, reason: end });
+        shared.emit(ContenderEvent::NotLeader { term, reason: end });
     }
     match end {
         // Closed by `close()` (the node goes now), or by an interrupt of a closing owner (the

@@ -230,7 +230,7 @@ impl LeaderLatch {
                             yield LatchEvent::NotLeader { token: term.token(), reason }
                         }
                         Ok(ContenderEvent::State(state)) => yield LatchEvent::State(state),
-                        Ok(ContenderEvent::Failed(err)) => yield LatchEvent::Failed(err),
+                        Ok(ContenderEvent::Failed(err)) => yield LatchEvent::Failed(*err),
                         Err(broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
@@ -243,7 +243,7 @@ impl LeaderLatch {
                                     yield LatchEvent::NotLeader { token: term.token(), reason }
                                 }
                                 ContenderEvent::State(state) => yield LatchEvent::State(state),
-                                ContenderEvent::Failed(err) => yield LatchEvent::Failed(err),
+                                ContenderEvent::Failed(err) => yield LatchEvent::Failed(*err),
                             }
                         }
                         break;
