@@ -103,6 +103,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod acl;
+pub mod clock;
 pub mod contender;
 pub mod error;
 pub mod fencing;
