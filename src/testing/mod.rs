@@ -83,6 +83,7 @@ mod cluster;
 #[cfg(feature = "docker")]
 mod docker;
 mod expire;
+pub mod history;
 mod process;
 mod proxy;
 mod server;
