@@ -24,13 +24,24 @@
 //! `run` and `lock` (whose stdout belongs to CMD).
 //!
 //! ```text
-//! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS}
-//! {"event":"not_leader","id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"ts_ms":MS}
+//! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS,"started_mono_ns":NS}
+//! {"event":"not_leader","id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"ts_ms":MS,"ended_mono_ns":NS}
 //! {"event":"state","state":"connected|suspended|reconnected|lost|read_only","id":ID,"path":NODE|null,"ts_ms":MS}
 //! {"event":"cmd_started","pid":PID,"token":CZXID,"ts_ms":MS}              (run, lock)
 //! {"event":"cmd_signalled","signal":"SIGTERM|SIGKILL","reason":R,"ts_ms":MS} (run, lock)
 //! {"event":"cmd_exited","code":CODE,"ts_ms":MS}                           (run, lock)
 //! ```
+//!
+//! Every line also carries `"mono_ns":NS`, the moment it was written. `ts_ms` is wall-clock time
+//! (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields are the machine's
+//! `CLOCK_MONOTONIC` in nanoseconds ([`MonotonicTime`]), which every process of the machine
+//! shares, for programs that compare zkr's terms with their own (the fault trials do).
+//! `started_mono_ns` is when the term began ([`Leadership::started_at`]; absent on `watch`'s
+//! lines, whose terms are other processes'); `ended_mono_ns` is when it stopped being valid
+//! ([`Leadership::ended_at`]: the earlier of its end and its deadline, so a zkr frozen past its
+//! deadline reports the deadline, not the moment it woke), or, for a term that had not ended yet
+//! when the line was written (run and lock, after CMD exited by itself and before the release),
+//! that moment: from then on nothing acts on it.
 //!
 //! `watch` prints, for each change of leader (the first line says where things stand):
 //!
@@ -95,6 +106,7 @@ use serde::Serialize;
 use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use zookeeper_recipes::clock::MonotonicTime;
 use zookeeper_recipes::process::{
     self, CommandSpec, Outcome, ProcessError, ProcessEvent, ShimArgs, StopReason, SupervisedCommand,
 };
@@ -358,6 +370,10 @@ enum Event<'a> {
         token: i64,
         path: &'a str,
         ts_ms: u64,
+        /// Absent on `watch`'s lines: an observer does not know when another process's term
+        /// began.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        started_mono_ns: Option<u64>,
     },
     NotLeader {
         id: &'a str,
@@ -365,6 +381,7 @@ enum Event<'a> {
         path: &'a str,
         reason: &'a str,
         ts_ms: u64,
+        ended_mono_ns: u64,
     },
     State {
         state: &'a str,
@@ -424,6 +441,19 @@ enum Event<'a> {
     },
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds at `at`.
+fn mono_ns(at: Instant) -> u64 {
+    MonotonicTime::from_instant(at).as_nanos()
+}
+
+/// When `term` stopped being valid; for a term not ended yet, now or its deadline if earlier.
+fn ended_mono_ns(term: &Leadership) -> u64 {
+    mono_ns(
+        term.ended_at()
+            .unwrap_or_else(|| Instant::now().min(term.valid_until())),
+    )
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -440,7 +470,11 @@ enum Out {
 impl Out {
     /// Writes one event as one line and flushes it.
     fn emit(self, event: &Event<'_>) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
+        let mut value = serde_json::to_value(event).map_err(std::io::Error::other)?;
+        if let serde_json::Value::Object(fields) = &mut value {
+            fields.insert("mono_ns".to_owned(), MonotonicTime::now().as_nanos().into());
+        }
+        let mut line = serde_json::to_vec(&value).map_err(std::io::Error::other)?;
         line.push(b'\n');
         match self {
             Out::Stdout => {
@@ -545,11 +579,11 @@ async fn latch(
     // event is missed.
     let events = latch.events();
     tokio::pin!(events);
-    let mut term_path: Option<String> = None;
+    let mut term: Option<Leadership> = None;
     let failure = print_until_signal(
         &mut signals,
         &mut events,
-        |event| print_latch_event(&latch, event, &mut term_path),
+        |event| print_latch_event(&latch, event, &mut term),
         || match latch.failure() {
             Some(e) => Fail(format!("the latch stopped: {e}")),
             None => Fail("the latch stopped unexpectedly".into()),
@@ -561,7 +595,7 @@ async fn latch(
     latch.close().await?;
     let drain = async {
         while let Some(event) = events.next().await {
-            if print_latch_event(&latch, &event, &mut term_path).is_err() {
+            if print_latch_event(&latch, &event, &mut term).is_err() {
                 break;
             }
         }
@@ -577,30 +611,38 @@ async fn latch(
 fn print_latch_event(
     latch: &LeaderLatch,
     event: &LatchEvent,
-    term_path: &mut Option<String>,
+    current: &mut Option<Leadership>,
 ) -> std::io::Result<()> {
     let id = latch.id();
     match event {
         LatchEvent::Leader(term) => {
-            *term_path = Some(term.path().to_owned());
+            *current = Some(term.clone());
             Out::Stdout.emit(&Event::Leader {
                 id,
                 token: term.token().get(),
                 path: term.path(),
                 ts_ms: now_ms(),
+                started_mono_ns: Some(mono_ns(term.started_at())),
             })
         }
         LatchEvent::NotLeader { token, reason } => {
-            let path = term_path
-                .clone()
+            // The term this ends is the last one reported (events come in order).
+            let term = current.take().filter(|t| t.token() == *token);
+            let path = term
+                .as_ref()
+                .map(|t| t.path().to_owned())
                 .or_else(|| latch.our_path())
                 .unwrap_or_default();
+            let ended = term
+                .as_ref()
+                .map_or_else(|| mono_ns(Instant::now()), ended_mono_ns);
             Out::Stdout.emit(&Event::NotLeader {
                 id,
                 token: token.get(),
                 path: &path,
                 reason: reason.as_str(),
                 ts_ms: now_ms(),
+                ended_mono_ns: ended,
             })
         }
         LatchEvent::State(state) => {
@@ -754,6 +796,7 @@ fn print_observer_event(event: &ObserverEvent) -> std::io::Result<()> {
             token: leader.token.get(),
             path: &leader.node,
             ts_ms: now_ms(),
+            started_mono_ns: None,
         }),
         ObserverEvent::NoLeader => Out::Stdout.emit(&Event::NoLeader { ts_ms: now_ms() }),
         ObserverEvent::State(state) => Out::Stdout.emit(&Event::ObserverState {
@@ -830,6 +873,7 @@ impl TermReport<'_> {
             token: self.term.token().get(),
             path: self.term.path(),
             ts_ms: now_ms(),
+            started_mono_ns: Some(mono_ns(self.term.started_at())),
         });
     }
 
@@ -843,6 +887,7 @@ impl TermReport<'_> {
             path: self.term.path(),
             reason,
             ts_ms: now_ms(),
+            ended_mono_ns: ended_mono_ns(self.term),
         });
     }
 
