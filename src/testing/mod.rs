@@ -87,6 +87,7 @@ pub mod history;
 mod process;
 mod proxy;
 mod server;
+pub mod trial;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

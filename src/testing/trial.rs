@@ -1,0 +1,1673 @@
+//! Seeded fault trials: a three-server ensemble, contenders in this process and in `zkr run`
+//! children, a random schedule of faults, and the [history checker](super::history) at the end.
+//!
+//! One trial ([`run_trial`]):
+//!
+//! 1. starts a [`TestingCluster`] of three real servers;
+//! 2. starts the contenders, each session behind its own [`FaultProxy`] (so its link can be cut
+//!    or blackholed):
+//!    - three [`LeaderLatch`]es (`latch-0..2`, one per in-process session) on `<root>/latch`,
+//!      guarding the fenced resource `latch-row`;
+//!    - a [`LeaderSelector`] (`selector-0`), an [`InterProcessMutex`] holder that takes and
+//!      releases the lock over and over (`mutex-1`), and two `zkr run --requeue` children
+//!      (`zkr-0`, `zkr-1`, separate processes with sessions of their own) on `<root>/lock`,
+//!      guarding the fenced resource `lock-row`. Latch (`latch-`) and lock (`lock-`) nodes never
+//!      share a path;
+//! 3. every leader writes to its path's resource while it leads: in-process ones check
+//!    [`Leadership::is_valid`] and write with the term's token; a `zkr run` child's command is a
+//!    `bash` loop that sends `"$ZK_LEADER_ID $ZK_FENCING_TOKEN"` lines to the resource's TCP port
+//!    (bash's `/dev/tcp`) every 50 ms, so a stale leader's late write is really attempted. Each
+//!    resource is a [`Fence`] that records every write it receives, accepted or rejected;
+//! 4. runs a schedule of rounds drawn from the seed ([`plan`]): each round does one or two
+//!    faults ([`FaultKind`]), holds them for a while, then heals everything (servers back and in
+//!    the quorum, links healed, frozen processes woken, closed contenders started again) and
+//!    measures the time to a leader on each path;
+//! 5. closes every contender, waits for the election paths to be empty (a node of a killed
+//!    process goes when the server expires its session), and checks the recorded
+//!    [`History`]: no overlapping terms, rising tokens, no stale write accepted, a leader within
+//!    session timeout + 2 s after each heal, no node left.
+//!
+//! # Reproducing
+//! The seed drives the schedule (which faults, on what, for how long, in what order), through a
+//! small xorshift generator: no wall-clock randomness. The processes themselves run on real
+//! time, so a replay repeats the schedule, not every interleaving. [`TrialReport::summary`]
+//! prints the seed and the schedule; `tests/fault_trials.rs` replays one with `ZKR_SEED=<n>`.
+//!
+//! # Requirements
+//! ZooKeeper and Java as for the rest of the harness, `bash` (for its `/dev/tcp`), and the `zkr`
+//! binary ([`TrialConfig::new`] takes its path). Trials are heavy (three JVMs): run them one
+//! after another.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::history::{History, Term, Violation, Write};
+use super::process::lock;
+use super::{FaultProxy, HarnessError, Result, TestingCluster, expire_session, unique_path};
+use crate::clock::MonotonicTime;
+use crate::fencing::{Fence, FencingToken, Leadership};
+use crate::leader::{LatchEvent, LeaderLatch, LeaderSelector};
+use crate::lock::InterProcessMutex;
+use crate::session::Session;
+
+/// The election name (and path suffix) of the latches.
+pub const LATCH_ELECTION: &str = "latch";
+/// The election name (and path suffix) of the selector, the mutex holder and the `zkr run`
+/// children.
+pub const LOCK_ELECTION: &str = "lock";
+const ELECTIONS: [&str; 2] = [LATCH_ELECTION, LOCK_ELECTION];
+/// In-process sessions, each behind its own proxy (links `0..SESSIONS`).
+const SESSIONS: usize = 3;
+/// `zkr run` children, each behind its own proxy (links `SESSIONS..SESSIONS + CHILDREN`).
+const CHILDREN: usize = 2;
+const LINKS: usize = SESSIONS + CHILDREN;
+const SERVERS: usize = 3;
+/// How often an in-process leader writes.
+const WRITE_EVERY: Duration = Duration::from_millis(25);
+/// Bound on the harness's own waits that do not measure the recipes (a JVM restart, a child
+/// exiting): generous, for a loaded two-core machine.
+const HARNESS_BOUND: Duration = Duration::from_secs(40);
+
+// ---------------------------------------------------------------------------------------------
+// The seeded generator
+
+/// A small xorshift64* generator: the one source of randomness of a schedule.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for `seed` (any value, zero included).
+    pub fn new(seed: u64) -> Self {
+        // splitmix64 of the seed, so that nearby seeds give unrelated streams (never zero).
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        usize::try_from(self.next_u64() % n as u64).unwrap_or(0)
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next_u64() % 100 < percent
+    }
+
+    /// A duration in `[lo, hi]`, to the millisecond.
+    pub fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let (lo_ms, hi_ms) = (lo.as_millis() as u64, hi.as_millis() as u64);
+        if hi_ms <= lo_ms {
+            return lo;
+        }
+        Duration::from_millis(lo_ms + self.next_u64() % (hi_ms - lo_ms + 1))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The schedule
+
+/// The kinds of fault a trial does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum FaultKind {
+    /// `SIGKILL` a server; restart it at the heal.
+    KillServer,
+    /// `SIGKILL` whichever server is the quorum leader at that moment; restart it at the heal.
+    KillLeader,
+    /// `SIGSTOP` a server; `SIGCONT` at the heal.
+    PauseServer,
+    /// `SIGKILL` two servers: no quorum, no leader anywhere, every session suspended; restart
+    /// both at the heal. The time to a leader after this heal is the ensemble's and the
+    /// sessions' whole recovery.
+    LoseQuorum,
+    /// Reset one client's link (its proxy refuses connections) until the heal.
+    CutLink,
+    /// Pass nothing on one client's link (a partition) until the heal.
+    BlackholeLink,
+    /// `SIGSTOP` a `zkr run` child and its command's process group (a VM freeze) past its session
+    /// timeout; `SIGCONT` at the heal.
+    FreezeProcess,
+    /// Expire an in-process session on the servers (Curator's `KillSession`, its link cut first).
+    ExpireSession,
+    /// Close a contender (a `zkr run` child by `SIGTERM`); start it again at the heal.
+    RestartContender,
+    /// `SIGKILL` a `zkr run` child (its command dies with it); start a new one at the heal.
+    KillProcess,
+}
+
+impl FaultKind {
+    /// Every kind, in table order.
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::KillServer,
+        FaultKind::KillLeader,
+        FaultKind::PauseServer,
+        FaultKind::LoseQuorum,
+        FaultKind::CutLink,
+        FaultKind::BlackholeLink,
+        FaultKind::FreezeProcess,
+        FaultKind::ExpireSession,
+        FaultKind::RestartContender,
+        FaultKind::KillProcess,
+    ];
+
+    /// A short name for tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FaultKind::KillServer => "kill-server",
+            FaultKind::KillLeader => "kill-leader",
+            FaultKind::PauseServer => "pause-server",
+            FaultKind::LoseQuorum => "lose-quorum",
+            FaultKind::CutLink => "cut-link",
+            FaultKind::BlackholeLink => "blackhole",
+            FaultKind::FreezeProcess => "freeze",
+            FaultKind::ExpireSession => "expire",
+            FaultKind::RestartContender => "restart",
+            FaultKind::KillProcess => "kill-zkr",
+        }
+    }
+
+    fn is_server_fault(self) -> bool {
+        matches!(
+            self,
+            FaultKind::KillServer
+                | FaultKind::KillLeader
+                | FaultKind::PauseServer
+                | FaultKind::LoseQuorum
+        )
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One fault and its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// What is done.
+    pub kind: FaultKind,
+    /// To which server, link, session, contender or child (an index; unused for
+    /// [`FaultKind::KillLeader`], whose target is found when it happens).
+    pub target: usize,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            FaultKind::KillLeader => write!(f, "kill-leader"),
+            FaultKind::KillServer | FaultKind::PauseServer => {
+                write!(f, "{} server {}", self.kind, self.target)
+            }
+            FaultKind::LoseQuorum => write!(f, "lose-quorum: all but server {}", self.target),
+            FaultKind::CutLink | FaultKind::BlackholeLink => {
+                write!(f, "{} {}", self.kind, link_name(self.target))
+            }
+            FaultKind::ExpireSession => write!(f, "expire session-{}", self.target),
+            FaultKind::FreezeProcess | FaultKind::KillProcess => {
+                write!(f, "{} zkr-{}", self.kind, self.target)
+            }
+            FaultKind::RestartContender => {
+                write!(
+                    f,
+                    "restart {}",
+                    CONTENDERS[self.target % CONTENDERS.len()].id
+                )
+            }
+        }
+    }
+}
+
+/// One round: faults done together, held for a while, then healed; then a quiet spell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Round {
+    /// The faults, done in this order.
+    pub faults: Vec<Fault>,
+    /// How long they are held before the heal.
+    pub hold: Duration,
+    /// How long the world stays whole after a leader is back on every path.
+    pub settle: Duration,
+}
+
+fn link_name(link: usize) -> String {
+    if link < SESSIONS {
+        format!("session-{link}'s link")
+    } else {
+        format!("zkr-{}'s link", link - SESSIONS)
+    }
+}
+
+/// The schedule of `rounds` rounds for `seed`: a pure function of its arguments.
+///
+/// Each round has one fault, or two (one time in three) on different targets, at most one of
+/// them on a server (the quorum survives a round; it is the clients' faults that are combined).
+/// Holds range from a tenth of the session timeout to two and a half times it; a frozen process
+/// is held past its session timeout (1.5 to 3 times it).
+pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let count = if rng.chance(33) { 2 } else { 1 };
+        let mut faults: Vec<Fault> = Vec::with_capacity(count);
+        while faults.len() < count {
+            let kind = FaultKind::ALL[rng.below(FaultKind::ALL.len())];
+            let target = match kind {
+                FaultKind::KillServer | FaultKind::PauseServer | FaultKind::LoseQuorum => {
+                    rng.below(SERVERS)
+                }
+                FaultKind::KillLeader => 0,
+                FaultKind::CutLink | FaultKind::BlackholeLink => rng.below(LINKS),
+                FaultKind::ExpireSession => rng.below(SESSIONS),
+                FaultKind::FreezeProcess | FaultKind::KillProcess => rng.below(CHILDREN),
+                FaultKind::RestartContender => rng.below(CONTENDERS.len()),
+            };
+            let fault = Fault { kind, target };
+            if faults.iter().any(|f| conflicts(f, &fault)) {
+                continue;
+            }
+            faults.push(fault);
+        }
+        let frozen = faults.iter().any(|f| f.kind == FaultKind::FreezeProcess);
+        let hold = if frozen {
+            rng.between(session_timeout * 3 / 2, session_timeout * 3)
+        } else {
+            rng.between(session_timeout / 10, session_timeout * 5 / 2)
+        };
+        let settle = rng.between(Duration::from_millis(200), Duration::from_millis(800));
+        out.push(Round {
+            faults,
+            hold,
+            settle,
+        });
+    }
+    out
+}
+
+/// Whether two faults of one round get in each other's way.
+fn conflicts(a: &Fault, b: &Fault) -> bool {
+    if a.kind.is_server_fault() && b.kind.is_server_fault() {
+        return true;
+    }
+    // What each touches: a link, a child process, a contender.
+    let link = |f: &Fault| match f.kind {
+        FaultKind::CutLink | FaultKind::BlackholeLink => Some(f.target),
+        FaultKind::ExpireSession => Some(f.target),
+        FaultKind::FreezeProcess | FaultKind::KillProcess => Some(SESSIONS + f.target),
+        FaultKind::RestartContender => CONTENDERS
+            .get(f.target)
+            .map(|c| c.session.unwrap_or(SESSIONS + c.child.unwrap_or(0))),
+        _ => None,
+    };
+    match (link(a), link(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contenders
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Latch,
+    Selector,
+    Mutex,
+    Zkr,
+}
+
+struct ContenderDef {
+    id: &'static str,
+    kind: Kind,
+    /// The in-process session it uses.
+    session: Option<usize>,
+    /// The `zkr` child it is.
+    child: Option<usize>,
+}
+
+const CONTENDERS: [ContenderDef; 7] = [
+    ContenderDef {
+        id: "latch-0",
+        kind: Kind::Latch,
+        session: Some(0),
+        child: None,
+    },
+    ContenderDef {
+        id: "latch-1",
+        kind: Kind::Latch,
+        session: Some(1),
+        child: None,
+    },
+    ContenderDef {
+        id: "latch-2",
+        kind: Kind::Latch,
+        session: Some(2),
+        child: None,
+    },
+    ContenderDef {
+        id: "selector-0",
+        kind: Kind::Selector,
+        session: Some(0),
+        child: None,
+    },
+    ContenderDef {
+        id: "mutex-1",
+        kind: Kind::Mutex,
+        session: Some(1),
+        child: None,
+    },
+    ContenderDef {
+        id: "zkr-0",
+        kind: Kind::Zkr,
+        session: None,
+        child: Some(0),
+    },
+    ContenderDef {
+        id: "zkr-1",
+        kind: Kind::Zkr,
+        session: None,
+        child: Some(1),
+    },
+];
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and report
+
+/// How to run one trial.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct TrialConfig {
+    seed: u64,
+    zkr: PathBuf,
+    session_timeout: Duration,
+    rounds: usize,
+}
+
+impl TrialConfig {
+    /// A trial for `seed`, using the `zkr` binary at `zkr`, with a 2 s session timeout and
+    /// three rounds.
+    pub fn new(seed: u64, zkr: impl Into<PathBuf>) -> Self {
+        TrialConfig {
+            seed,
+            zkr: zkr.into(),
+            session_timeout: Duration::from_secs(2),
+            rounds: 3,
+        }
+    }
+
+    /// The session timeout of every contender's session (default 2 s).
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How many rounds of faults (default 3).
+    pub fn rounds(mut self, rounds: usize) -> Self {
+        self.rounds = rounds;
+        self
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The bound on the time to a leader after a heal: session timeout + 2 s.
+    pub fn leader_bound(&self) -> Duration {
+        self.session_timeout + Duration::from_secs(2)
+    }
+}
+
+/// What one trial did and found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct TrialReport {
+    /// The seed.
+    pub seed: u64,
+    /// The schedule that was planned.
+    pub plan: Vec<Round>,
+    /// How many faults of each kind were done.
+    pub faults: BTreeMap<FaultKind, usize>,
+    /// What was done when, for failure messages.
+    pub log: Vec<String>,
+    /// Every term and fenced write.
+    pub history: History,
+    /// Every broken promise found in the history (including a leader too late after a heal).
+    pub violations: Vec<Violation>,
+    /// Nodes left on the election paths after every contender was closed (and the sessions of
+    /// killed processes had time to expire).
+    pub orphans: Vec<String>,
+    /// The time to a leader after each heal, per election.
+    pub time_to_leader: Vec<(String, Duration)>,
+    /// Things the harness itself saw go wrong (a child that would not exit, a term never
+    /// ended); a trial with any fails.
+    pub problems: Vec<String>,
+    /// How long the trial took.
+    pub elapsed: Duration,
+}
+
+impl TrialReport {
+    /// Whether every promise was kept: no violation, no orphan, no problem.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.orphans.is_empty() && self.problems.is_empty()
+    }
+
+    /// How many violations are overlapping terms.
+    pub fn overlaps(&self) -> usize {
+        self.count(|v| matches!(v, Violation::Overlap { .. }))
+    }
+
+    /// How many violations are stale writes accepted.
+    pub fn stale_writes_accepted(&self) -> usize {
+        self.count(|v| matches!(v, Violation::StaleWriteAccepted { .. }))
+    }
+
+    /// How many violations are tokens that did not rise.
+    pub fn falling_tokens(&self) -> usize {
+        self.count(|v| matches!(v, Violation::TokenNotRising { .. }))
+    }
+
+    /// How many violations are heals without a leader in time.
+    pub fn late_leaders(&self) -> usize {
+        self.count(|v| matches!(v, Violation::NoLeaderAfterHeal { .. }))
+    }
+
+    /// Writes the fences rejected (stale writes that were attempted and stopped).
+    pub fn writes_rejected(&self) -> usize {
+        self.history.writes.iter().filter(|w| !w.accepted).count()
+    }
+
+    /// Writes the fences accepted.
+    pub fn writes_accepted(&self) -> usize {
+        self.history.writes.iter().filter(|w| w.accepted).count()
+    }
+
+    /// The longest time to a leader after a heal.
+    pub fn worst_time_to_leader(&self) -> Option<Duration> {
+        self.time_to_leader.iter().map(|(_, d)| *d).max()
+    }
+
+    fn count(&self, f: impl Fn(&Violation) -> bool) -> usize {
+        self.violations.iter().filter(|v| f(v)).count()
+    }
+
+    /// A multi-line account: the seed, the verdict, every violation, orphan and problem, and
+    /// the log of what was done when.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let faults: Vec<String> = self
+            .plan
+            .iter()
+            .map(|r| {
+                let f: Vec<String> = r.faults.iter().map(ToString::to_string).collect();
+                format!("{} for {} ms", f.join(" + "), r.hold.as_millis())
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "trial seed {} ({}): {} terms, {} writes accepted, {} rejected, worst time to leader {} ms, {:.1} s; {}",
+            self.seed,
+            if self.passed() { "passed" } else { "FAILED" },
+            self.history.terms.len(),
+            self.writes_accepted(),
+            self.writes_rejected(),
+            self.worst_time_to_leader().unwrap_or_default().as_millis(),
+            self.elapsed.as_secs_f64(),
+            faults.join("; ")
+        );
+        for v in &self.violations {
+            let _ = writeln!(s, "  violation: {v}");
+        }
+        for o in &self.orphans {
+            let _ = writeln!(s, "  orphan node: {o}");
+        }
+        for p in &self.problems {
+            let _ = writeln!(s, "  problem: {p}");
+        }
+        if !self.passed() {
+            let _ = writeln!(s, "  log:");
+            for line in &self.log {
+                let _ = writeln!(s, "    {line}");
+            }
+            let _ = writeln!(s, "  terms:");
+            let mut terms = self.history.terms.clone();
+            terms.sort_by_key(|t| (t.election.clone(), t.start));
+            for t in terms {
+                let _ = writeln!(s, "    {t}");
+            }
+            let _ = writeln!(s, "  replay with ZKR_SEED={}", self.seed);
+        }
+        s
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recording
+
+/// A fenced resource standing for a database row: admits a write only if its token is at least
+/// the highest seen, and records every write.
+struct Resource {
+    name: String,
+    fence: Fence,
+    writes: Mutex<Vec<Write>>,
+}
+
+impl Resource {
+    fn new(name: &str) -> Arc<Resource> {
+        Arc::new(Resource {
+            name: name.to_owned(),
+            fence: Fence::new(),
+            writes: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// One write by `writer` with `token`: admitted or not, recorded in arrival order.
+    fn write(&self, writer: &str, token: FencingToken) -> bool {
+        let mut writes = lock(&self.writes);
+        let accepted = self.fence.admit(token).is_ok();
+        writes.push(Write {
+            resource: self.name.clone(),
+            writer: writer.to_owned(),
+            token,
+            at: MonotonicTime::now(),
+            accepted,
+        });
+        accepted
+    }
+}
+
+/// Serves `resource` on a loopback port: each line `ID TOKEN` is one write.
+async fn serve_resource(listener: TcpListener, resource: Arc<Resource>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let resource = Arc::clone(&resource);
+                conns.spawn(async move {
+                    let mut lines = BufReader::new(stream).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let mut parts = line.split_whitespace();
+                        if let (Some(id), Some(Ok(token))) =
+                            (parts.next(), parts.next().map(str::parse::<FencingToken>))
+                        {
+                            resource.write(id, token);
+                        }
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// Everything observed live: in-process terms (as the library hands them out), `zkr` terms (as
+/// its lines report them), and the log.
+#[derive(Default)]
+struct Book {
+    local: Vec<(&'static str, String, Leadership)>,
+    remote: Vec<Term>,
+    log: Vec<String>,
+    problems: Vec<String>,
+    /// Every command process group a `zkr` child reported, to kill should the trial fail.
+    groups: Vec<i32>,
+}
+
+type Shared = Arc<Mutex<Book>>;
+
+fn note(book: &Shared, line: String) {
+    let at = MonotonicTime::now();
+    lock(book).log.push(format!("{at} {line}"));
+}
+
+fn problem(book: &Shared, line: String) {
+    note(book, format!("PROBLEM: {line}"));
+    lock(book).problems.push(line);
+}
+
+fn record_local(book: &Shared, election: &'static str, holder: &str, term: &Leadership) {
+    let mut b = lock(book);
+    if !b.local.iter().any(|(_, _, t)| t == term) {
+        b.local.push((election, holder.to_owned(), term.clone()));
+    }
+}
+
+fn to_term(election: &str, holder: &str, term: &Leadership) -> Term {
+    Term {
+        election: election.to_owned(),
+        holder: holder.to_owned(),
+        token: term.token(),
+        start: MonotonicTime::from_instant(term.started_at()),
+        end: term.ended_at().map(MonotonicTime::from_instant),
+    }
+}
+
+/// Whether `election` has a leader now, as far as this process can see.
+fn has_leader(book: &Shared, election: &str) -> bool {
+    let b = lock(book);
+    b.local
+        .iter()
+        .any(|(e, _, t)| *e == election && t.is_valid())
+        || b.remote
+            .iter()
+            .any(|t| t.election == election && t.end.is_none())
+}
+
+// ---------------------------------------------------------------------------------------------
+// zkr children
+
+struct ZkrChild {
+    child: Child,
+    pid: Pid,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// `zkr run --requeue` whose command writes `writes` times, 50 ms apart, then exits: zkr then
+/// relinquishes and queues again, so the lock changes hands without any fault too.
+fn zkr_command(
+    config: &TrialConfig,
+    connect: &str,
+    path: &str,
+    id: &str,
+    port: u16,
+    writes: usize,
+) -> Command {
+    let mut c = Command::new(&config.zkr);
+    let script = format!(
+        "for i in $(seq {writes}); do echo \"$ZK_LEADER_ID $ZK_FENCING_TOKEN\" >/dev/tcp/127.0.0.1/{port} 2>/dev/null; sleep 0.05; done"
+    );
+    c.arg("--connect")
+        .arg(connect)
+        .arg("--session-timeout")
+        .arg(format!("{}ms", config.session_timeout.as_millis()))
+        .args(["run", path, "--id", id, "--requeue", "--grace", "1s", "--"])
+        .args(["bash", "-c", &script])
+        .env_remove("ZK_CONNECT")
+        .env_remove("ZKR_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    c
+}
+
+fn spawn_zkr(
+    config: &TrialConfig,
+    book: &Shared,
+    connect: &str,
+    path: &str,
+    id: &'static str,
+    port: u16,
+    writes: usize,
+) -> Result<ZkrChild> {
+    let mut child = zkr_command(config, connect, path, id, port, writes)
+        .spawn()
+        .map_err(HarnessError::io(format!(
+            "starting {} (zkr {})",
+            id,
+            config.zkr.display()
+        )))?;
+    let pid = Pid::from_raw(child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0));
+    let stderr = child.stderr.take();
+    let lines_book = Arc::clone(book);
+    let reader = tokio::spawn(async move {
+        let Some(stderr) = stderr else { return };
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            zkr_line(&lines_book, id, &line);
+        }
+    });
+    note(book, format!("{id}: started zkr pid {pid}"));
+    Ok(ZkrChild { child, pid, reader })
+}
+
+/// Takes one line of a `zkr run` child's stderr into the book.
+fn zkr_line(book: &Shared, id: &str, line: &str) {
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(line) else {
+        // Not an event: bash complaining, a panic message. Worth seeing on failure.
+        note(book, format!("{id} said: {line}"));
+        return;
+    };
+    let event = json["event"].as_str().unwrap_or_default();
+    let token = json["token"].as_i64().map(FencingToken::from_raw);
+    let mono = |key: &str| json[key].as_u64().map(MonotonicTime::from_nanos);
+    let mut b = lock(book);
+    match (event, token) {
+        ("leader", Some(token)) => {
+            let Some(start) = mono("started_mono_ns") else {
+                drop(b);
+                problem(
+                    book,
+                    format!("{id}: leader line without started_mono_ns: {line}"),
+                );
+                return;
+            };
+            b.remote.push(Term {
+                election: LOCK_ELECTION.to_owned(),
+                holder: id.to_owned(),
+                token,
+                start,
+                end: None,
+            });
+        }
+        ("not_leader", Some(token)) => {
+            let end = mono("ended_mono_ns");
+            let open = b
+                .remote
+                .iter_mut()
+                .rev()
+                .find(|t| t.holder == id && t.token == token && t.end.is_none());
+            match (open, end) {
+                (Some(term), Some(end)) => term.end = Some(end),
+                _ => {
+                    drop(b);
+                    problem(
+                        book,
+                        format!("{id}: not_leader without an open term: {line}"),
+                    );
+                    return;
+                }
+            }
+        }
+        ("cmd_started", _) => {
+            if let Some(pid) = json["pid"].as_i64().and_then(|p| i32::try_from(p).ok()) {
+                b.groups.push(pid);
+            }
+        }
+        _ => {}
+    }
+    let at = MonotonicTime::now();
+    b.log.push(format!("{at} {id}: {line}"));
+}
+
+/// Closes the open terms of `id` at `at` (its process is gone without saying so).
+fn close_remote_terms(book: &Shared, id: &str, at: MonotonicTime) {
+    let mut b = lock(book);
+    for term in b.remote.iter_mut() {
+        if term.holder == id && term.end.is_none() {
+            term.end = Some(at);
+        }
+    }
+}
+
+/// The process groups of `pid`'s children (a `zkr`'s command runs in a group of its own).
+fn child_groups(pid: Pid) -> Vec<Pid> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut groups = Vec::new();
+    for entry in dir.flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // After the command name: state ppid pgrp ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(ppid), Some(pgrp)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        if ppid.parse::<i32>().ok() == Some(pid.as_raw())
+            && let Ok(pgrp) = pgrp.parse::<i32>()
+            && pgrp != pid.as_raw()
+        {
+            groups.push(Pid::from_raw(pgrp));
+        }
+    }
+    groups.sort();
+    groups.dedup();
+    groups
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-process contenders
+
+enum Running {
+    Latch {
+        latch: LeaderLatch,
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    },
+    Selector(LeaderSelector),
+    Mutex {
+        stop: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    },
+    Zkr(ZkrChild),
+}
+
+/// What a trial has running.
+struct World {
+    config: TrialConfig,
+    book: Shared,
+    cluster: TestingCluster,
+    proxies: Vec<FaultProxy>,
+    sessions: Vec<Session>,
+    paths: BTreeMap<&'static str, String>,
+    resources: BTreeMap<&'static str, Arc<Resource>>,
+    lock_port: u16,
+    contenders: Vec<Option<Running>>,
+    rng: Rng,
+    _servers: JoinSet<()>,
+}
+
+impl World {
+    fn path(&self, election: &str) -> String {
+        self.paths.get(election).cloned().unwrap_or_default()
+    }
+
+    fn resource(&self, election: &str) -> Arc<Resource> {
+        match self.resources.get(election) {
+            Some(r) => Arc::clone(r),
+            None => Resource::new(election),
+        }
+    }
+
+    async fn start_contender(&mut self, index: usize) -> Result<()> {
+        let Some(def) = CONTENDERS.get(index) else {
+            return Ok(());
+        };
+        let book = Arc::clone(&self.book);
+        let running = match def.kind {
+            Kind::Latch => {
+                let session = &self.sessions[def.session.unwrap_or(0)];
+                let latch = LeaderLatch::builder(session, self.path(LATCH_ELECTION))
+                    .id(def.id)
+                    .start()
+                    .await
+                    .map_err(contender_error(def.id))?;
+                // Subscribed before the latch's task has run: no term is missed.
+                let events = latch.events();
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(latch_writer(
+                    events,
+                    def.id,
+                    self.resource(LATCH_ELECTION),
+                    book,
+                    stop.clone(),
+                ));
+                Running::Latch { latch, stop, task }
+            }
+            Kind::Selector => {
+                let session = &self.sessions[def.session.unwrap_or(0)];
+                let resource = self.resource(LOCK_ELECTION);
+                // Each term lasts a while, then the closure returns and the selector queues
+                // again: the lock changes hands without any fault too.
+                let rng = Arc::new(Mutex::new(Rng::new(self.rng.next_u64())));
+                let session_timeout = self.config.session_timeout;
+                let selector = LeaderSelector::builder(session, self.path(LOCK_ELECTION))
+                    .id(def.id)
+                    .auto_requeue(true)
+                    .grace(Duration::from_secs(2))
+                    .start(move |term: Leadership| {
+                        let (book, resource) = (Arc::clone(&book), Arc::clone(&resource));
+                        let hold = lock(&rng).between(session_timeout / 10, session_timeout);
+                        async move {
+                            record_local(&book, LOCK_ELECTION, def.id, &term);
+                            let never = CancellationToken::new();
+                            let until = tokio::time::Instant::now() + hold;
+                            write_while_valid(&term, def.id, &resource, Some((until, &never)))
+                                .await;
+                            Ok::<(), std::io::Error>(())
+                        }
+                    })
+                    .await
+                    .map_err(contender_error(def.id))?;
+                Running::Selector(selector)
+            }
+            Kind::Mutex => {
+                let session = &self.sessions[def.session.unwrap_or(0)];
+                let mutex = InterProcessMutex::builder(session, self.path(LOCK_ELECTION))
+                    .id(def.id)
+                    .build()
+                    .map_err(contender_error(def.id))?;
+                let stop = CancellationToken::new();
+                let rng = Rng::new(self.rng.next_u64());
+                let task = tokio::spawn(mutex_holder(
+                    mutex,
+                    def.id,
+                    self.resource(LOCK_ELECTION),
+                    book,
+                    stop.clone(),
+                    rng,
+                    self.config.session_timeout,
+                ));
+                Running::Mutex { stop, task }
+            }
+            Kind::Zkr => {
+                let link = SESSIONS + def.child.unwrap_or(0);
+                let connect = self.proxies[link].connect_string();
+                Running::Zkr(spawn_zkr(
+                    &self.config,
+                    &self.book,
+                    &connect,
+                    &self.path(LOCK_ELECTION),
+                    def.id,
+                    self.lock_port,
+                    10 + self.rng.below(30),
+                )?)
+            }
+        };
+        note(&self.book, format!("{}: started", def.id));
+        self.contenders[index] = Some(running);
+        Ok(())
+    }
+
+    /// Closes contender `index` gracefully (a `zkr` child by `SIGTERM`).
+    async fn close_contender(&mut self, index: usize) {
+        let Some(running) = self.contenders.get_mut(index).and_then(Option::take) else {
+            return;
+        };
+        let id = CONTENDERS[index].id;
+        match running {
+            Running::Latch { latch, stop, task } => {
+                let _ = latch.close().await;
+                stop.cancel();
+                let _ = task.await;
+            }
+            Running::Selector(selector) => {
+                let _ = selector.close().await;
+            }
+            Running::Mutex { stop, task } => {
+                stop.cancel();
+                let _ = task.await;
+            }
+            Running::Zkr(mut child) => {
+                let _ = kill(child.pid, Signal::SIGTERM);
+                match tokio::time::timeout(HARNESS_BOUND, child.child.wait()).await {
+                    Ok(Ok(status)) if matches!(status.code(), Some(0 | 143)) => {}
+                    Ok(Ok(status)) => problem(
+                        &self.book,
+                        format!("{id} exited with {status} after SIGTERM"),
+                    ),
+                    Ok(Err(e)) => problem(&self.book, format!("waiting for {id}: {e}")),
+                    Err(_) => {
+                        problem(
+                            &self.book,
+                            format!("{id} did not exit within {HARNESS_BOUND:?} of SIGTERM"),
+                        );
+                        let _ = child.child.kill().await;
+                    }
+                }
+                let _ = tokio::time::timeout(HARNESS_BOUND, child.reader).await;
+                close_remote_terms(&self.book, id, MonotonicTime::now());
+            }
+        }
+        note(&self.book, format!("{id}: closed"));
+    }
+
+    /// `SIGKILL`s `zkr` child `child` and waits until it is gone.
+    async fn kill_child(&mut self, child: usize) {
+        let Some(index) = CONTENDERS.iter().position(|c| c.child == Some(child)) else {
+            return;
+        };
+        let id = CONTENDERS[index].id;
+        let Some(Running::Zkr(mut zkr)) = self.contenders.get_mut(index).and_then(Option::take)
+        else {
+            return;
+        };
+        let _ = zkr.child.kill().await;
+        // Its terms end here: the process is gone, and its command dies with it.
+        close_remote_terms(&self.book, id, MonotonicTime::now());
+        let _ = tokio::time::timeout(HARNESS_BOUND, zkr.reader).await;
+        note(&self.book, format!("{id}: SIGKILLed"));
+    }
+
+    fn child_pid(&self, child: usize) -> Option<Pid> {
+        let index = CONTENDERS.iter().position(|c| c.child == Some(child))?;
+        match self.contenders.get(index)? {
+            Some(Running::Zkr(z)) => Some(z.pid),
+            _ => None,
+        }
+    }
+}
+
+fn contender_error(id: &'static str) -> impl FnOnce(crate::Error) -> HarnessError {
+    move |e| HarnessError::Io {
+        context: format!("starting contender {id}"),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// Writes to `resource` while `term` is valid (checked right before every write), until it
+/// ends, `until` passes or `stop` fires.
+async fn write_while_valid(
+    term: &Leadership,
+    id: &str,
+    resource: &Resource,
+    until: Option<(tokio::time::Instant, &CancellationToken)>,
+) {
+    loop {
+        if let Some((deadline, stop)) = until
+            && (tokio::time::Instant::now() >= deadline || stop.is_cancelled())
+        {
+            return;
+        }
+        if !term.is_valid() {
+            return;
+        }
+        resource.write(id, term.token());
+        tokio::select! {
+            _ = term.ended() => return,
+            _ = tokio::time::sleep(WRITE_EVERY) => {}
+        }
+    }
+}
+
+/// A latch's leader loop: every term it is handed is recorded and written under.
+async fn latch_writer(
+    events: impl futures::Stream<Item = LatchEvent> + Send + 'static,
+    id: &'static str,
+    resource: Arc<Resource>,
+    book: Shared,
+    stop: CancellationToken,
+) {
+    use futures::StreamExt;
+    let mut events = std::pin::pin!(events);
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.next() => e,
+        };
+        match event {
+            Some(LatchEvent::Leader(term)) => {
+                record_local(&book, LATCH_ELECTION, id, &term);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    () = write_while_valid(&term, id, &resource, None) => {}
+                }
+            }
+            Some(_) => {}
+            None => return,
+        }
+    }
+}
+
+/// A mutex holder: takes the lock, writes while it holds it for a while, releases, again.
+async fn mutex_holder(
+    mutex: InterProcessMutex,
+    id: &'static str,
+    resource: Arc<Resource>,
+    book: Shared,
+    stop: CancellationToken,
+    mut rng: Rng,
+    session_timeout: Duration,
+) {
+    while !stop.is_cancelled() {
+        let acquired = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = mutex.acquire() => r,
+        };
+        let guard = match acquired {
+            Ok(guard) => guard,
+            Err(e) => {
+                note(&book, format!("{id}: acquire failed: {e}"));
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+        };
+        let term = guard.leadership().clone();
+        record_local(&book, LOCK_ELECTION, id, &term);
+        let hold = rng.between(session_timeout / 10, session_timeout);
+        write_while_valid(
+            &term,
+            id,
+            &resource,
+            Some((tokio::time::Instant::now() + hold, &stop)),
+        )
+        .await;
+        let _ = guard.release().await;
+        // Let the next in line have it before queueing again.
+        let pause = rng.between(Duration::ZERO, session_timeout / 4);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The trial
+
+/// What a round left to heal.
+#[derive(Default)]
+struct Damage {
+    killed_servers: Vec<usize>,
+    paused_servers: Vec<usize>,
+    links: Vec<usize>,
+    frozen: Vec<(usize, Pid, Vec<Pid>)>,
+    closed: Vec<usize>,
+}
+
+/// Runs one trial; see the [module docs](self).
+///
+/// # Errors
+/// [`HarnessError`] when the harness itself cannot work (no ZooKeeper, a cluster that does not
+/// start, a child that cannot be spawned). Broken promises are not errors: they are in the
+/// report ([`TrialReport::passed`]).
+///
+/// # Cancel safety
+/// Dropping the future kills every server, child and command it started.
+pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
+    let began = Instant::now();
+    let plan = plan(config.seed, config.rounds, config.session_timeout);
+    let book: Shared = Arc::default();
+    note(&book, format!("seed {}: plan {plan:?}", config.seed));
+
+    let cluster = TestingCluster::start(SERVERS).await?;
+    let servers: Vec<String> = (0..SERVERS)
+        .map(|i| cluster.server_connect_string(i).map(str::to_owned))
+        .collect::<Result<_>>()?;
+    let mut proxies = Vec::with_capacity(LINKS);
+    for _ in 0..LINKS {
+        proxies.push(FaultProxy::start(&servers).await?);
+    }
+    let mut sessions = Vec::with_capacity(SESSIONS);
+    for proxy in proxies.iter().take(SESSIONS) {
+        let session = Session::builder(proxy.connect_string())
+            .session_timeout(config.session_timeout)
+            .connection_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| HarnessError::Io {
+                context: "connecting an in-process session".to_owned(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        sessions.push(session);
+    }
+    let root = unique_path("trial");
+    let paths: BTreeMap<&'static str, String> = ELECTIONS
+        .iter()
+        .map(|e| (*e, format!("{root}/{e}")))
+        .collect();
+    let resources: BTreeMap<&'static str, Arc<Resource>> = ELECTIONS
+        .iter()
+        .map(|e| (*e, Resource::new(&format!("{e}-row"))))
+        .collect();
+    let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .map_err(HarnessError::io("binding the resource's port"))?;
+    let lock_port = listener
+        .local_addr()
+        .map_err(HarnessError::io("reading the resource's port"))?
+        .port();
+    let mut servers_tasks = JoinSet::new();
+    if let Some(r) = resources.get(LOCK_ELECTION) {
+        servers_tasks.spawn(serve_resource(listener, Arc::clone(r)));
+    }
+
+    let mut world = World {
+        config: config.clone(),
+        book: Arc::clone(&book),
+        cluster,
+        proxies,
+        sessions,
+        paths,
+        resources,
+        lock_port,
+        contenders: (0..CONTENDERS.len()).map(|_| None).collect(),
+        rng: Rng::new(config.seed ^ 0x5EED),
+        _servers: servers_tasks,
+    };
+    let outcome = drive(&mut world, &plan).await;
+    let groups = lock(&book).groups.clone();
+    let result = match outcome {
+        Ok(done) => Ok(finish(config, &world, plan, done, began).await),
+        Err(e) => Err(e),
+    };
+    // Whatever happened: every command group a child reported is gone before we return.
+    for pgid in groups {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    result
+}
+
+/// What `drive` hands to `finish`.
+struct Driven {
+    faults: BTreeMap<FaultKind, usize>,
+    heals: Vec<MonotonicTime>,
+    orphans: Vec<String>,
+}
+
+async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
+    for index in 0..CONTENDERS.len() {
+        world.start_contender(index).await?;
+    }
+    let start = MonotonicTime::now();
+    wait_for_leaders(world, "the first election").await;
+    note(
+        &world.book,
+        format!("first leaders after {:?}", MonotonicTime::now() - start),
+    );
+
+    let mut faults: BTreeMap<FaultKind, usize> = BTreeMap::new();
+    let mut heals = Vec::new();
+    for (n, round) in plan.iter().enumerate() {
+        note(&world.book, format!("round {n}: {round:?}"));
+        let mut damage = Damage::default();
+        for fault in &round.faults {
+            if apply(world, fault, &mut damage).await? {
+                *faults.entry(fault.kind).or_default() += 1;
+            }
+        }
+        tokio::time::sleep(round.hold).await;
+        heal(world, &mut damage).await?;
+        let healed = MonotonicTime::now();
+        note(&world.book, format!("round {n}: healed"));
+        heals.push(healed);
+        wait_for_leaders(world, &format!("round {n}'s heal")).await;
+        tokio::time::sleep(round.settle).await;
+    }
+
+    for index in 0..CONTENDERS.len() {
+        world.close_contender(index).await;
+    }
+    note(&world.book, "every contender closed".to_owned());
+    let orphans = wait_for_empty_paths(world).await;
+    for session in &world.sessions {
+        let _ = session.close().await;
+    }
+    Ok(Driven {
+        faults,
+        heals,
+        orphans,
+    })
+}
+
+/// Waits (bounded, not judged: the history is) until both paths have a leader.
+async fn wait_for_leaders(world: &World, what: &str) {
+    let deadline = tokio::time::Instant::now() + HARNESS_BOUND;
+    for election in ELECTIONS {
+        while !has_leader(&world.book, election) {
+            if tokio::time::Instant::now() >= deadline {
+                problem(
+                    &world.book,
+                    format!("no {election} leader within {HARNESS_BOUND:?} of {what}"),
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Does one fault; returns whether it was done (a fault with nothing to act on is skipped).
+async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<bool> {
+    let book = Arc::clone(&world.book);
+    match fault.kind {
+        FaultKind::KillServer | FaultKind::KillLeader => {
+            let index = if fault.kind == FaultKind::KillLeader {
+                match world.cluster.leader_index().await? {
+                    Some(i) => i,
+                    None => {
+                        note(
+                            &book,
+                            "kill-leader: no quorum leader now; skipped".to_owned(),
+                        );
+                        return Ok(false);
+                    }
+                }
+            } else {
+                fault.target
+            };
+            world.cluster.kill_server(index).await?;
+            damage.killed_servers.push(index);
+            note(&book, format!("{}: killed server {index}", fault.kind));
+        }
+        FaultKind::LoseQuorum => {
+            for index in (0..SERVERS).filter(|i| *i != fault.target) {
+                world.cluster.kill_server(index).await?;
+                damage.killed_servers.push(index);
+            }
+            note(
+                &book,
+                format!("{fault}: killed {:?}", damage.killed_servers),
+            );
+        }
+        FaultKind::PauseServer => {
+            world.cluster.pause_server(fault.target)?;
+            damage.paused_servers.push(fault.target);
+            note(&book, format!("paused server {}", fault.target));
+        }
+        FaultKind::CutLink | FaultKind::BlackholeLink => {
+            let Some(proxy) = world.proxies.get(fault.target) else {
+                return Ok(false);
+            };
+            if fault.kind == FaultKind::CutLink {
+                proxy.cut();
+            } else {
+                proxy.blackhole();
+            }
+            damage.links.push(fault.target);
+            note(&book, format!("{fault}"));
+        }
+        FaultKind::ExpireSession => {
+            let Some(session) = world.sessions.get(fault.target) else {
+                return Ok(false);
+            };
+            let Some(info) = session.zookeeper_session() else {
+                note(&book, format!("{fault}: no session now; skipped"));
+                return Ok(false);
+            };
+            let proxy = &world.proxies[fault.target];
+            // Cut first: a connected client would take its session back at once.
+            proxy.cut();
+            let expired =
+                expire_session(world.cluster.connect_string(), &info, HARNESS_BOUND).await;
+            proxy.heal();
+            match expired {
+                Ok(()) => note(
+                    &book,
+                    format!("{fault}: session {:#x} expired", info.id().0),
+                ),
+                Err(e) => {
+                    problem(&book, format!("{fault}: {e}"));
+                    return Ok(false);
+                }
+            }
+        }
+        FaultKind::FreezeProcess => {
+            let Some(pid) = world.child_pid(fault.target) else {
+                return Ok(false);
+            };
+            let _ = kill(pid, Signal::SIGSTOP);
+            // zkr is stopped: it starts no command now. Freeze the ones it has.
+            let groups = child_groups(pid);
+            for g in &groups {
+                let _ = killpg(*g, Signal::SIGSTOP);
+            }
+            note(
+                &book,
+                format!("{fault}: froze pid {pid} and groups {groups:?}"),
+            );
+            damage.frozen.push((fault.target, pid, groups));
+        }
+        FaultKind::KillProcess => {
+            if world.child_pid(fault.target).is_none() {
+                return Ok(false);
+            }
+            world.kill_child(fault.target).await;
+            if let Some(index) = CONTENDERS
+                .iter()
+                .position(|c| c.child == Some(fault.target))
+            {
+                damage.closed.push(index);
+            }
+        }
+        FaultKind::RestartContender => {
+            if world
+                .contenders
+                .get(fault.target)
+                .is_none_or(Option::is_none)
+            {
+                return Ok(false);
+            }
+            world.close_contender(fault.target).await;
+            damage.closed.push(fault.target);
+        }
+    }
+    Ok(true)
+}
+
+/// Undoes a round's damage: the world whole again, the ensemble with one leader.
+async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
+    let book = Arc::clone(&world.book);
+    for index in damage.paused_servers.drain(..) {
+        world.cluster.resume_server(index)?;
+        note(&book, format!("resumed server {index}"));
+    }
+    // Together: one server alone cannot form a quorum to rejoin.
+    let killed: Vec<usize> = damage.killed_servers.drain(..).collect();
+    let cluster = &world.cluster;
+    futures::future::try_join_all(killed.iter().map(|i| cluster.restart_server(*i))).await?;
+    if !killed.is_empty() {
+        note(&book, format!("restarted servers {killed:?}"));
+    }
+    for link in damage.links.drain(..) {
+        if let Some(proxy) = world.proxies.get(link) {
+            proxy.heal();
+        }
+        note(&book, format!("healed {}", link_name(link)));
+    }
+    for (child, pid, groups) in damage.frozen.drain(..) {
+        // The command first: it may try a stale write before zkr stops it.
+        for g in &groups {
+            let _ = killpg(*g, Signal::SIGCONT);
+        }
+        let _ = kill(pid, Signal::SIGCONT);
+        note(&book, format!("woke zkr-{child}"));
+    }
+    for index in damage.closed.drain(..) {
+        world.start_contender(index).await?;
+    }
+    // Whole means every server in the quorum again, one of them leading.
+    let deadline = tokio::time::Instant::now() + HARNESS_BOUND;
+    loop {
+        let mut members = 0;
+        let mut leaders = 0;
+        for i in 0..SERVERS {
+            match world.cluster.mode(i).await {
+                Ok(super::ServerMode::Leader) => {
+                    members += 1;
+                    leaders += 1;
+                }
+                Ok(super::ServerMode::Follower) => members += 1,
+                _ => {}
+            }
+        }
+        if members == SERVERS && leaders == 1 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            problem(
+                &book,
+                format!("the ensemble was not whole within {HARNESS_BOUND:?} of the heal"),
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until both election paths are empty, at most the session timeout plus 3 s (a killed
+/// process's node goes when its session expires); returns what is left.
+async fn wait_for_empty_paths(world: &World) -> Vec<String> {
+    let bound = world.config.session_timeout + Duration::from_secs(3);
+    let deadline = tokio::time::Instant::now() + bound;
+    let client = match tokio::time::timeout(
+        HARNESS_BOUND,
+        zookeeper_client::Client::connect(world.cluster.connect_string()),
+    )
+    .await
+    {
+        Ok(Ok(client)) => client,
+        _ => {
+            problem(&world.book, "no client to look for orphans".to_owned());
+            return Vec::new();
+        }
+    };
+    loop {
+        let mut left = Vec::new();
+        for election in ELECTIONS {
+            let path = world.path(election);
+            match client.list_children(&path).await {
+                Ok(children) => left.extend(children.into_iter().map(|c| format!("{path}/{c}"))),
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => left.push(format!("{path}: cannot list: {e}")),
+            }
+        }
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn finish(
+    config: &TrialConfig,
+    world: &World,
+    plan: Vec<Round>,
+    driven: Driven,
+    began: Instant,
+) -> TrialReport {
+    let mut history = History::default();
+    let mut problems;
+    let log;
+    {
+        let b = lock(&world.book);
+        for (election, holder, term) in &b.local {
+            history.terms.push(to_term(election, holder, term));
+        }
+        history.terms.extend(b.remote.iter().cloned());
+        problems = b.problems.clone();
+        log = b.log.clone();
+    }
+    for term in history.terms.iter().filter(|t| t.end.is_none()) {
+        problems.push(format!(
+            "term never ended after every contender closed: {term}"
+        ));
+    }
+    for resource in world.resources.values() {
+        history
+            .writes
+            .extend(lock(&resource.writes).iter().cloned());
+    }
+    let mut violations = history.check();
+    let mut time_to_leader = Vec::new();
+    for healed in &driven.heals {
+        for election in ELECTIONS {
+            match history.check_leader_after(election, *healed, config.leader_bound()) {
+                Ok(took) => time_to_leader.push((election.to_owned(), took)),
+                Err(v) => {
+                    if let Violation::NoLeaderAfterHeal { took: Some(t), .. } = &v {
+                        time_to_leader.push((election.to_owned(), *t));
+                    }
+                    violations.push(v);
+                }
+            }
+        }
+    }
+    TrialReport {
+        seed: config.seed,
+        plan,
+        faults: driven.faults,
+        log,
+        history,
+        violations,
+        orphans: driven.orphans,
+        time_to_leader,
+        problems,
+        elapsed: began.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_plan_and_others_differ() {
+        let t = Duration::from_secs(2);
+        assert_eq!(plan(7, 5, t), plan(7, 5, t));
+        assert_ne!(plan(7, 5, t), plan(8, 5, t));
+    }
+
+    #[test]
+    fn plans_keep_the_quorum_and_hold_frozen_processes_past_their_session() {
+        let t = Duration::from_secs(2);
+        for seed in 0..500 {
+            for round in plan(seed, 4, t) {
+                assert!(!round.faults.is_empty() && round.faults.len() <= 2);
+                let on_servers = round
+                    .faults
+                    .iter()
+                    .filter(|f| f.kind.is_server_fault())
+                    .count();
+                assert!(on_servers <= 1, "seed {seed}: {round:?}");
+                if round
+                    .faults
+                    .iter()
+                    .any(|f| f.kind == FaultKind::FreezeProcess)
+                {
+                    assert!(round.hold >= t * 3 / 2, "seed {seed}: {round:?}");
+                }
+                assert!(round.hold <= t * 3);
+                if let [a, b] = &round.faults[..] {
+                    assert!(!conflicts(a, b), "seed {seed}: {round:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_fault_kind_is_planned_across_seeds() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..200 {
+            for round in plan(seed, 3, Duration::from_secs(2)) {
+                seen.extend(round.faults.iter().map(|f| f.kind));
+            }
+        }
+        assert_eq!(seen.len(), FaultKind::ALL.len(), "{seen:?}");
+    }
+
+    #[test]
+    fn rng_is_deterministic_and_spreads() {
+        let mut a = Rng::new(0);
+        let mut b = Rng::new(0);
+        assert_eq!(a.next_u64(), b.next_u64());
+        let mut hits = [0usize; 4];
+        for _ in 0..4000 {
+            hits[a.below(4)] += 1;
+        }
+        assert!(hits.iter().all(|h| *h > 800), "{hits:?}");
+        let d = a.between(Duration::from_millis(10), Duration::from_millis(20));
+        assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(20));
+    }
+
+    #[test]
+    fn contenders_cover_every_kind_on_two_paths() {
+        let zkr = CONTENDERS.iter().filter(|c| c.kind == Kind::Zkr).count();
+        assert_eq!(zkr, CHILDREN);
+        assert!(CONTENDERS.len() >= 5);
+        for c in &CONTENDERS {
+            assert!(c.session.is_some() != c.child.is_some(), "{}", c.id);
+        }
+    }
+}
