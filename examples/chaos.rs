@@ -1,0 +1,272 @@
+//! A long run of seeded fault trials, with a table at the end.
+//!
+//! ```text
+//! cargo run --release --example chaos -- --trials 200 [--seed N] [--rounds R] [--session-timeout 2s]
+//! ```
+//!
+//! Runs trials for seeds `N, N+1, ...` one after another (each starts three ZooKeeper JVMs; see
+//! `zookeeper_recipes::testing::trial`), prints one line per trial (and the whole account of a
+//! failed one, with its seed), then a table: trials, faults of each kind, terms, overlaps,
+//! stale writes accepted and rejected, orphans, the worst time to a new leader after a heal,
+//! and the seed range. Without `--seed`, the first seed is the current Unix time in seconds
+//! (printed), so that repeated runs explore new schedules; `ZKR_SEED=<n> cargo test --test
+//! fault_trials` replays any one of them. Exits 1 when a trial failed.
+//!
+//! The trials need the `zkr` binary: the one next to this example (`target/<profile>/zkr`),
+//! else this example builds it with `$CARGO build --bin zkr` in the same profile.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use zookeeper_recipes::testing::trial::{FaultKind, TrialConfig, TrialReport, run_trial};
+
+struct Args {
+    trials: u64,
+    seed: Option<u64>,
+    rounds: usize,
+    session_timeout: Duration,
+}
+
+const USAGE: &str = "usage: chaos [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        trials: 200,
+        seed: None,
+        rounds: 4,
+        session_timeout: Duration::from_secs(2),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
+        match flag.as_str() {
+            "--trials" => args.trials = value()?.parse().map_err(|e| format!("--trials: {e}"))?,
+            "--seed" => args.seed = Some(value()?.parse().map_err(|e| format!("--seed: {e}"))?),
+            "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+            "--session-timeout" => {
+                args.session_timeout = humantime::parse_duration(&value()?)
+                    .map_err(|e| format!("--session-timeout: {e}"))?
+            }
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+/// The `zkr` binary of this build: next to this example, else built now in the same profile.
+fn find_zkr() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this example: {e}"))?;
+    // target/<profile>/examples/chaos -> target/<profile>/zkr
+    let profile_dir = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .ok_or("this example is not in target/<profile>/examples")?;
+    let zkr = profile_dir.join("zkr");
+    if zkr.is_file() {
+        return Ok(zkr);
+    }
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!(
+        "building zkr ({})...",
+        if release { "release" } else { "dev" }
+    );
+    let mut build = std::process::Command::new(&cargo);
+    build
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--bin", "zkr"]);
+    if release {
+        build.arg("--release");
+    }
+    let hint = format!(
+        "run `cargo build{} --bin zkr` first",
+        if release { " --release" } else { "" }
+    );
+    match build.status() {
+        Ok(status) if status.success() && zkr.is_file() => Ok(zkr),
+        Ok(status) => Err(format!(
+            "building zkr failed ({status}), or it is not at {}: {hint}",
+            zkr.display()
+        )),
+        Err(e) => Err(format!("cannot run {cargo:?}: {e}; {hint}")),
+    }
+}
+
+#[derive(Default)]
+struct Totals {
+    trials: u64,
+    failed: Vec<u64>,
+    faults: BTreeMap<FaultKind, usize>,
+    terms: usize,
+    writes_accepted: usize,
+    writes_rejected: usize,
+    overlaps: usize,
+    falling_tokens: usize,
+    stale_accepted: usize,
+    orphans: usize,
+    late_leaders: usize,
+    problems: usize,
+    heals: usize,
+    worst: Option<(Duration, u64)>,
+    times: Vec<Duration>,
+}
+
+impl Totals {
+    fn add(&mut self, r: &TrialReport) {
+        self.trials += 1;
+        if !r.passed() {
+            self.failed.push(r.seed);
+        }
+        for (kind, n) in &r.faults {
+            *self.faults.entry(*kind).or_default() += n;
+        }
+        self.terms += r.history.terms.len();
+        self.writes_accepted += r.writes_accepted();
+        self.writes_rejected += r.writes_rejected();
+        self.overlaps += r.overlaps();
+        self.falling_tokens += r.falling_tokens();
+        self.stale_accepted += r.stale_writes_accepted();
+        self.orphans += r.orphans.len();
+        self.late_leaders += r.late_leaders();
+        self.problems += r.problems.len();
+        self.heals += r.time_to_leader.len();
+        self.times.extend(r.time_to_leader.iter().map(|(_, d)| *d));
+        if let Some(w) = r.worst_time_to_leader()
+            && self.worst.is_none_or(|(d, _)| w > d)
+        {
+            self.worst = Some((w, r.seed));
+        }
+    }
+
+    fn table(&self, first: u64, last: u64, wall: Duration, bound: Duration) -> String {
+        let mut rows: Vec<(String, String)> = vec![
+            ("trials".into(), self.trials.to_string()),
+            ("seeds".into(), format!("{first}..={last}")),
+            (
+                "failed".into(),
+                if self.failed.is_empty() {
+                    "0".into()
+                } else {
+                    format!("{} (seeds {:?})", self.failed.len(), self.failed)
+                },
+            ),
+        ];
+        let total: usize = self.faults.values().sum();
+        rows.push(("faults".into(), total.to_string()));
+        for kind in FaultKind::ALL {
+            rows.push((
+                format!("  {kind}"),
+                self.faults.get(&kind).copied().unwrap_or(0).to_string(),
+            ));
+        }
+        let mut times = self.times.clone();
+        times.sort();
+        let pct = |p: usize| {
+            times
+                .get((times.len().saturating_sub(1)) * p / 100)
+                .map_or("-".to_owned(), |d| format!("{} ms", d.as_millis()))
+        };
+        rows.extend([
+            ("terms".into(), self.terms.to_string()),
+            ("writes accepted".into(), self.writes_accepted.to_string()),
+            (
+                "stale writes rejected".into(),
+                self.writes_rejected.to_string(),
+            ),
+            ("overlapping terms".into(), self.overlaps.to_string()),
+            ("tokens not rising".into(), self.falling_tokens.to_string()),
+            (
+                "stale writes accepted".into(),
+                self.stale_accepted.to_string(),
+            ),
+            ("orphan nodes".into(), self.orphans.to_string()),
+            (
+                format!("heals without a leader in {} ms", bound.as_millis()),
+                format!("{} of {}", self.late_leaders, self.heals),
+            ),
+            ("harness problems".into(), self.problems.to_string()),
+            ("time to leader after heal, median".into(), pct(50)),
+            ("time to leader after heal, p99".into(), pct(99)),
+            (
+                "worst time to leader after heal".into(),
+                self.worst.map_or("-".into(), |(d, seed)| {
+                    format!("{} ms (seed {seed})", d.as_millis())
+                }),
+            ),
+            (
+                "wall time".into(),
+                format!("{:.1} min", wall.as_secs_f64() / 60.0),
+            ),
+        ]);
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        rows.iter()
+            .map(|(k, v)| format!("| {k:<width$} | {v} |\n"))
+            .collect()
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = zookeeper_recipes::testing::zookeeper_available() {
+        eprintln!("chaos: {e}");
+        return ExitCode::FAILURE;
+    }
+    let zkr = match find_zkr() {
+        Ok(z) => z,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let first = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let last = first + args.trials.saturating_sub(1);
+    println!(
+        "chaos: {} trials, seeds {first}..={last}, {} rounds each, session timeout {:?}, zkr {}",
+        args.trials,
+        args.rounds,
+        args.session_timeout,
+        zkr.display()
+    );
+    let began = Instant::now();
+    let mut totals = Totals::default();
+    let mut bound = Duration::ZERO;
+    for seed in first..=last {
+        let config = TrialConfig::new(seed, &zkr)
+            .rounds(args.rounds)
+            .session_timeout(args.session_timeout);
+        bound = config.leader_bound();
+        match run_trial(&config).await {
+            Ok(report) => {
+                print!("{}", report.summary());
+                totals.add(&report);
+            }
+            Err(e) => {
+                println!("trial seed {seed} could not run: {e}");
+                totals.trials += 1;
+                totals.failed.push(seed);
+                totals.problems += 1;
+            }
+        }
+    }
+    println!();
+    print!("{}", totals.table(first, last, began.elapsed(), bound));
+    if totals.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
