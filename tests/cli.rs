@@ -22,6 +22,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::process::Command;
+use zookeeper_recipes::clock::MonotonicTime;
 use zookeeper_recipes::testing;
 
 /// The bound for things that should take milliseconds (an election, a process exit).
@@ -419,6 +420,17 @@ async fn frozen_latch_leader_reports_not_leader_as_soon_as_it_wakes() {
         delay <= Duration::from_secs(1),
         "not_leader came {delay:?} after waking"
     );
+    // The term ended at its deadline, within a session timeout of the freeze, not at the wake;
+    // and the line says so on the clock every process shares.
+    let mono = |at: Instant| MonotonicTime::from_instant(at).as_nanos() as i64;
+    let ended = first.int("ended_mono_ns");
+    assert!(
+        ended > led.int("started_mono_ns") && ended <= mono(frozen + timeout),
+        "ended_mono_ns {ended} is not the deadline: frozen at {}, woke at {}",
+        mono(frozen),
+        mono(woke)
+    );
+    assert!(first.int("mono_ns") >= mono(woke), "{}", first.json);
     eprintln!(
         "frozen latch: SIGCONT to not_leader {:.1} ms ({})",
         ms(delay),
