@@ -151,6 +151,9 @@ pub enum FaultKind {
     CutLink,
     /// Pass nothing on one client's link (a partition) until the heal.
     BlackholeLink,
+    /// Hold back the replies on one client's link for a moment, then cut it: requests the server
+    /// applied (a create, a delete) lose their replies. Healed at the heal.
+    LoseReplies,
     /// `SIGSTOP` a `zkr run` child and its command's process group (a VM freeze) past its session
     /// timeout; `SIGCONT` at the heal.
     FreezeProcess,
@@ -164,13 +167,14 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::KillServer,
         FaultKind::KillLeader,
         FaultKind::PauseServer,
         FaultKind::LoseQuorum,
         FaultKind::CutLink,
         FaultKind::BlackholeLink,
+        FaultKind::LoseReplies,
         FaultKind::FreezeProcess,
         FaultKind::ExpireSession,
         FaultKind::RestartContender,
@@ -186,6 +190,7 @@ impl FaultKind {
             FaultKind::LoseQuorum => "lose-quorum",
             FaultKind::CutLink => "cut-link",
             FaultKind::BlackholeLink => "blackhole",
+            FaultKind::LoseReplies => "lose-replies",
             FaultKind::FreezeProcess => "freeze",
             FaultKind::ExpireSession => "expire",
             FaultKind::RestartContender => "restart",
@@ -228,7 +233,7 @@ impl fmt::Display for Fault {
                 write!(f, "{} server {}", self.kind, self.target)
             }
             FaultKind::LoseQuorum => write!(f, "lose-quorum: all but server {}", self.target),
-            FaultKind::CutLink | FaultKind::BlackholeLink => {
+            FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
                 write!(f, "{} {}", self.kind, link_name(self.target))
             }
             FaultKind::ExpireSession => write!(f, "expire session-{}", self.target),
@@ -284,7 +289,9 @@ pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
                     rng.below(SERVERS)
                 }
                 FaultKind::KillLeader => 0,
-                FaultKind::CutLink | FaultKind::BlackholeLink => rng.below(LINKS),
+                FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
+                    rng.below(LINKS)
+                }
                 FaultKind::ExpireSession => rng.below(SESSIONS),
                 FaultKind::FreezeProcess | FaultKind::KillProcess => rng.below(CHILDREN),
                 FaultKind::RestartContender => rng.below(CONTENDERS.len()),
@@ -318,7 +325,7 @@ fn conflicts(a: &Fault, b: &Fault) -> bool {
     }
     // What each touches: a link, a child process, a contender.
     let link = |f: &Fault| match f.kind {
-        FaultKind::CutLink | FaultKind::BlackholeLink => Some(f.target),
+        FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => Some(f.target),
         FaultKind::ExpireSession => Some(f.target),
         FaultKind::FreezeProcess | FaultKind::KillProcess => Some(SESSIONS + f.target),
         FaultKind::RestartContender => CONTENDERS
@@ -1377,6 +1384,27 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
             }
             damage.links.push(fault.target);
             note(&book, format!("{fault}"));
+        }
+        FaultKind::LoseReplies => {
+            let Some(proxy) = world.proxies.get(fault.target) else {
+                return Ok(false);
+            };
+            // Requests pass, replies wait; the cut then drops the replies still waiting. The
+            // window is drawn from the trial's generator, like everything else.
+            let window = world
+                .rng
+                .between(Duration::from_millis(20), Duration::from_millis(400));
+            proxy.delay_replies(Duration::from_millis(500));
+            tokio::time::sleep(window).await;
+            proxy.cut();
+            damage.links.push(fault.target);
+            note(
+                &book,
+                format!(
+                    "{fault}: cut after {} ms of held replies",
+                    window.as_millis()
+                ),
+            );
         }
         FaultKind::ExpireSession => {
             let Some(session) = world.sessions.get(fault.target) else {
