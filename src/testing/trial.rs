@@ -1495,12 +1495,25 @@ async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
         note(&book, format!("healed {}", link_name(link)));
     }
     for (child, pid, groups) in damage.frozen.drain(..) {
-        // The command first: it may try a stale write before zkr stops it.
+        // The command first, with a head start (as a scheduler may give it after a VM wakes):
+        // it tries a stale write before zkr stops it, and the fence must reject it.
         for g in &groups {
             let _ = killpg(*g, Signal::SIGCONT);
         }
+        let head_start = world
+            .rng
+            .between(Duration::ZERO, Duration::from_millis(150));
+        if !groups.is_empty() {
+            tokio::time::sleep(head_start).await;
+        }
         let _ = kill(pid, Signal::SIGCONT);
-        note(&book, format!("woke zkr-{child}"));
+        note(
+            &book,
+            format!(
+                "woke zkr-{child} ({} ms after its command)",
+                head_start.as_millis()
+            ),
+        );
     }
     for index in damage.closed.drain(..) {
         world.start_contender(index).await?;
