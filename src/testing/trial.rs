@@ -155,7 +155,7 @@ pub enum FaultKind {
     /// applied (a create, a delete) lose their replies. Healed at the heal.
     LoseReplies,
     /// `SIGSTOP` a `zkr run` child and its command's process group (a VM freeze) past its session
-    /// timeout; `SIGCONT` at the heal.
+    /// timeout; `SIGCONT` at the heal. The child that leads at that moment, if one does.
     FreezeProcess,
     /// Expire an in-process session on the servers (Curator's `KillSession`, its link cut first).
     ExpireSession,
@@ -1432,7 +1432,20 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
             }
         }
         FaultKind::FreezeProcess => {
-            let Some(pid) = world.child_pid(fault.target) else {
+            // The child that leads, if one does (only a frozen leader has a stale write to
+            // make), else the planned one.
+            let leading = (0..CHILDREN).find(|c| {
+                let id = CONTENDERS
+                    .iter()
+                    .find(|d| d.child == Some(*c))
+                    .map_or("", |d| d.id);
+                lock(&book)
+                    .remote
+                    .iter()
+                    .any(|t| t.holder == id && t.end.is_none())
+            });
+            let child = leading.unwrap_or(fault.target);
+            let Some(pid) = world.child_pid(child) else {
                 return Ok(false);
             };
             let _ = kill(pid, Signal::SIGSTOP);
@@ -1443,9 +1456,12 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
             }
             note(
                 &book,
-                format!("{fault}: froze pid {pid} and groups {groups:?}"),
+                format!(
+                    "freeze zkr-{child} (leading: {}): froze pid {pid} and groups {groups:?}",
+                    leading.is_some()
+                ),
             );
-            damage.frozen.push((fault.target, pid, groups));
+            damage.frozen.push((child, pid, groups));
         }
         FaultKind::KillProcess => {
             if world.child_pid(fault.target).is_none() {
