@@ -4,7 +4,8 @@
 //! `zookeeper_recipes::testing::trial` for what one trial does.
 //!
 //! CI runs a short set: seeds 1..=10 (`ZKR_TRIALS=<n>` runs seeds 1..=n), one trial after
-//! another (three JVMs each). `ZKR_SEED=<n>` replays the trial of one seed. Long runs:
+//! another (three JVMs each). `ZKR_SEED=<n>` replays the trial of one seed and prints its whole
+//! account (with `--nocapture`). Long runs:
 //! `cargo run --release --example chaos -- --trials 200`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -36,12 +37,17 @@ async fn seeded_fault_trials_keep_every_promise() {
     let began = Instant::now();
     let mut failed = Vec::new();
     let mut worst = std::time::Duration::ZERO;
+    // Replaying one seed shows its whole account, passed or not.
+    let replay = std::env::var_os("ZKR_SEED").is_some();
     for seed in seeds() {
         let config = TrialConfig::new(seed, env!("CARGO_BIN_EXE_zkr"));
         let report = run_trial(&config).await.unwrap_or_else(|e| {
             panic!("trial seed {seed} could not run: {e}\nreplay with ZKR_SEED={seed}")
         });
         eprint!("{}", report.summary());
+        if replay && report.passed() {
+            eprint!("{}", report.details());
+        }
         worst = worst.max(report.worst_time_to_leader().unwrap_or_default());
         if !report.passed() {
             failed.push(seed);

@@ -559,17 +559,23 @@ impl TrialReport {
             let _ = writeln!(s, "  problem: {p}");
         }
         if !self.passed() {
-            let _ = writeln!(s, "  log:");
-            for line in &self.log {
-                let _ = writeln!(s, "    {line}");
-            }
-            let _ = writeln!(s, "  terms:");
-            let mut terms = self.history.terms.clone();
-            terms.sort_by_key(|t| (t.election.clone(), t.start));
-            for t in terms {
-                let _ = writeln!(s, "    {t}");
-            }
+            s.push_str(&self.details());
             let _ = writeln!(s, "  replay with ZKR_SEED={}", self.seed);
+        }
+        s
+    }
+
+    /// The log of what was done and seen when, and every term in order.
+    pub fn details(&self) -> String {
+        let mut s = String::from("  log:\n");
+        for line in &self.log {
+            let _ = writeln!(s, "    {line}");
+        }
+        let _ = writeln!(s, "  terms:");
+        let mut terms = self.history.terms.clone();
+        terms.sort_by_key(|t| (t.election.clone(), t.start));
+        for t in terms {
+            let _ = writeln!(s, "    {t}");
         }
         s
     }
