@@ -233,7 +233,8 @@ async fn main() -> ExitCode {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_secs())
     });
-    let last = first + args.trials.saturating_sub(1);
+    let seeds = first..first.saturating_add(args.trials);
+    let last = seeds.end.saturating_sub(1).max(first);
     println!(
         "chaos: {} trials, seeds {first}..={last}, {} rounds each, session timeout {:?}, zkr {}",
         args.trials,
@@ -243,12 +244,13 @@ async fn main() -> ExitCode {
     );
     let began = Instant::now();
     let mut totals = Totals::default();
-    let mut bound = Duration::ZERO;
-    for seed in first..=last {
+    let bound = TrialConfig::new(first, &zkr)
+        .session_timeout(args.session_timeout)
+        .leader_bound();
+    for seed in seeds {
         let config = TrialConfig::new(seed, &zkr)
             .rounds(args.rounds)
             .session_timeout(args.session_timeout);
-        bound = config.leader_bound();
         match run_trial(&config).await {
             Ok(report) => {
                 print!("{}", report.summary());
