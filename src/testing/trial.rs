@@ -7,7 +7,9 @@
 //! 2. starts the contenders, each session behind its own [`FaultProxy`] (so its link can be cut
 //!    or blackholed):
 //!    - three [`LeaderLatch`]es (`latch-0..2`, one per in-process session) on `<root>/latch`,
-//!      guarding the fenced resource `latch-row`;
+//!      guarding the fenced resource `latch-row`; `latch-2` has the
+//!      [`ErrorPolicy::SessionExpired`] policy, so that it keeps its term through a suspension
+//!      until its deadline (the others end their terms at a suspension);
 //!    - a [`LeaderSelector`] (`selector-0`), an [`InterProcessMutex`] holder that takes and
 //!      releases the lock over and over (`mutex-1`), and two `zkr run --requeue` children
 //!      (`zkr-0`, `zkr-1`, separate processes with sessions of their own) on `<root>/lock`,
@@ -61,6 +63,7 @@ use crate::fencing::{Fence, FencingToken, Leadership};
 use crate::leader::{LatchEvent, LeaderLatch, LeaderSelector};
 use crate::lock::InterProcessMutex;
 use crate::session::Session;
+use crate::state::ErrorPolicy;
 
 /// The election name (and path suffix) of the latches.
 pub const LATCH_ELECTION: &str = "latch";
@@ -73,6 +76,12 @@ const SESSIONS: usize = 3;
 /// `zkr run` children, each behind its own proxy (links `SESSIONS..SESSIONS + CHILDREN`).
 const CHILDREN: usize = 2;
 const LINKS: usize = SESSIONS + CHILDREN;
+/// Sessions `0..EXPIRABLE_SESSIONS` may be expired from outside. The last session hosts
+/// `latch-2`, whose [`ErrorPolicy::SessionExpired`] keeps a term through a suspension until its
+/// deadline: safe against a session that expires by timeout (the server waits at least the
+/// timeout after it last heard from the client), not against one closed on the server at once by
+/// a twin (Curator's `KillSession`), which no real network fault does.
+const EXPIRABLE_SESSIONS: usize = SESSIONS - 1;
 const SERVERS: usize = 3;
 /// How often an in-process leader writes.
 const WRITE_EVERY: Duration = Duration::from_millis(25);
@@ -292,7 +301,7 @@ pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
                 FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
                     rng.below(LINKS)
                 }
-                FaultKind::ExpireSession => rng.below(SESSIONS),
+                FaultKind::ExpireSession => rng.below(EXPIRABLE_SESSIONS),
                 FaultKind::FreezeProcess | FaultKind::KillProcess => rng.below(CHILDREN),
                 FaultKind::RestartContender => rng.below(CONTENDERS.len()),
             };
@@ -357,6 +366,8 @@ struct ContenderDef {
     session: Option<usize>,
     /// The `zkr` child it is.
     child: Option<usize>,
+    /// Which connection states end its terms.
+    policy: ErrorPolicy,
 }
 
 const CONTENDERS: [ContenderDef; 7] = [
@@ -365,42 +376,50 @@ const CONTENDERS: [ContenderDef; 7] = [
         kind: Kind::Latch,
         session: Some(0),
         child: None,
+        policy: ErrorPolicy::Standard,
     },
     ContenderDef {
         id: "latch-1",
         kind: Kind::Latch,
         session: Some(1),
         child: None,
+        policy: ErrorPolicy::Standard,
     },
     ContenderDef {
         id: "latch-2",
         kind: Kind::Latch,
         session: Some(2),
         child: None,
+        // Keeps its term through a suspension, until its deadline: the deadline's own test.
+        policy: ErrorPolicy::SessionExpired,
     },
     ContenderDef {
         id: "selector-0",
         kind: Kind::Selector,
         session: Some(0),
         child: None,
+        policy: ErrorPolicy::Standard,
     },
     ContenderDef {
         id: "mutex-1",
         kind: Kind::Mutex,
         session: Some(1),
         child: None,
+        policy: ErrorPolicy::Standard,
     },
     ContenderDef {
         id: "zkr-0",
         kind: Kind::Zkr,
         session: None,
         child: Some(0),
+        policy: ErrorPolicy::Standard,
     },
     ContenderDef {
         id: "zkr-1",
         kind: Kind::Zkr,
         session: None,
         child: Some(1),
+        policy: ErrorPolicy::Standard,
     },
 ];
 
@@ -921,6 +940,7 @@ impl World {
                 let session = &self.sessions[def.session.unwrap_or(0)];
                 let latch = LeaderLatch::builder(session, self.path(LATCH_ELECTION))
                     .id(def.id)
+                    .error_policy(def.policy)
                     .start()
                     .await
                     .map_err(contender_error(def.id))?;
@@ -1694,6 +1714,24 @@ mod tests {
                 assert!(round.hold <= t * 3);
                 if let [a, b] = &round.faults[..] {
                     assert!(!conflicts(a, b), "seed {seed}: {round:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_session_of_the_session_expired_policy_is_never_expired_from_outside() {
+        let session = CONTENDERS
+            .iter()
+            .find(|c| c.policy == ErrorPolicy::SessionExpired)
+            .and_then(|c| c.session);
+        assert_eq!(session, Some(EXPIRABLE_SESSIONS));
+        for seed in 0..500 {
+            for round in plan(seed, 4, Duration::from_secs(2)) {
+                for f in round.faults {
+                    if f.kind == FaultKind::ExpireSession {
+                        assert!(f.target < EXPIRABLE_SESSIONS, "seed {seed}: {f}");
+                    }
                 }
             }
         }
