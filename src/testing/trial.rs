@@ -1207,6 +1207,8 @@ struct Damage {
     links: Vec<usize>,
     frozen: Vec<(usize, Pid, Vec<Pid>)>,
     closed: Vec<usize>,
+    /// `zkr` children that other faults of the round act on: a freeze leaves them alone.
+    busy_children: Vec<usize>,
 }
 
 /// Runs one trial; see the [module docs](self).
@@ -1217,7 +1219,8 @@ struct Damage {
 /// report ([`TrialReport::passed`]).
 ///
 /// # Cancel safety
-/// Dropping the future kills every server, child and command it started.
+/// Dropping the future kills every server and `zkr` child it started; a child's command dies
+/// with it (its parent-death signal).
 pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
     let began = Instant::now();
     let plan = plan(config.seed, config.rounds, config.session_timeout);
@@ -1314,7 +1317,10 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     let mut heals = Vec::new();
     for (n, round) in plan.iter().enumerate() {
         note(&world.book, format!("round {n}: {round:?}"));
-        let mut damage = Damage::default();
+        let mut damage = Damage {
+            busy_children: round.faults.iter().filter_map(child_of).collect(),
+            ..Damage::default()
+        };
         for fault in &round.faults {
             if apply(world, fault, &mut damage).await? {
                 *faults.entry(fault.kind).or_default() += 1;
@@ -1461,6 +1467,9 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
             // The child that leads, if one does (only a frozen leader has a stale write to
             // make), else the planned one.
             let leading = (0..CHILDREN).find(|c| {
+                if damage.busy_children.contains(c) && *c != fault.target {
+                    return false;
+                }
                 let id = CONTENDERS
                     .iter()
                     .find(|d| d.child == Some(*c))
@@ -1514,6 +1523,18 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
         }
     }
     Ok(true)
+}
+
+/// The `zkr` child a fault other than a freeze acts on, if any.
+fn child_of(fault: &Fault) -> Option<usize> {
+    match fault.kind {
+        FaultKind::KillProcess => Some(fault.target),
+        FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
+            fault.target.checked_sub(SESSIONS)
+        }
+        FaultKind::RestartContender => CONTENDERS.get(fault.target).and_then(|c| c.child),
+        _ => None,
+    }
 }
 
 /// Undoes a round's damage: the world whole again, the ensemble with one leader.
