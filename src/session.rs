@@ -1038,7 +1038,10 @@ async fn supervise(shared: Arc<Shared>) {
             Ok(client) => client,
             Err(err) => {
                 failures = failures.saturating_add(1);
-                let backoff = retry_backoff(failures, shared.config.connection_timeout);
+                let backoff = retry_backoff(
+                    failures,
+                    MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout),
+                );
                 if matches!(err, Error::Refused { .. } | Error::AuthFailed)
                     && let Ok(mut refusal) = shared.refusal.lock()
                 {
@@ -1297,6 +1300,13 @@ async fn close_client(client: Client, bound: Duration) {
         debug!("server did not confirm the session close in time");
     }
 }
+
+/// The longest pause between two attempts to start a ZooKeeper session. Each attempt already
+/// takes up to the client's own timeout; a longer pause would only delay the recovery once the
+/// servers are back (the fault trials found pauses of up to the connection timeout making the
+/// first leader after a long outage come seconds late). ZooKeeper's Java client, under Curator,
+/// also pauses at most a second between rounds of its hosts.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 
 /// Pause before the next connect attempt: doubles from 100 ms, at most `cap`.
 pub(crate) fn retry_backoff(failures: u32, cap: Duration) -> Duration {

@@ -101,6 +101,46 @@ async fn server_down_past_the_timeout_gives_lost_at_about_the_timeout_then_a_new
     assert_eq!(s.session_id(), status.session_id);
 }
 
+/// Found by the fault trials (seed 2000: the quorum was lost for some ten seconds, and the first
+/// leader came 6 s after the heal, beyond session timeout + 2 s): the pause between attempts to
+/// start a new session doubled up to the connection timeout (15 s by default), so a session that
+/// had failed through a long outage could sleep for seconds after the servers were back.
+#[tokio::test]
+async fn a_new_session_comes_within_a_second_of_the_servers_returning_after_a_long_outage() {
+    if !zookeeper() {
+        return;
+    }
+    let server = own_server().await;
+    let s = Session::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(2))
+        .connection_timeout(Duration::from_secs(15))
+        .connect()
+        .await
+        .unwrap();
+    let mut states = StateRecorder::start(&s);
+    server.kill().await.unwrap();
+    let (_, lost_at) = states.expect(ConnectionState::Lost, BOUND).await;
+    // The outage: every attempt to start a session fails (each takes about the session timeout).
+    // Long enough that pauses doubling from 100 ms would have reached seconds by now: the
+    // server comes back some 21 s after Lost, in what would be a 6.4 s pause.
+    tokio::time::sleep_until((lost_at + Duration::from_millis(19_500)).into()).await;
+    server.restart().await.unwrap();
+    let serving = Instant::now();
+    let (status, at) = states.expect(ConnectionState::Reconnected, BOUND).await;
+    let took = at.saturating_duration_since(serving);
+    eprintln!(
+        "after a {}ms outage: a new session {}ms after the server served again",
+        ms(serving - lost_at),
+        ms(took)
+    );
+    assert!(status.new_session);
+    assert!(
+        took <= Duration::from_millis(2500),
+        "the new session came {}ms after the server was back: the pause between attempts must stay short",
+        ms(took)
+    );
+}
+
 #[tokio::test]
 async fn expired_session_gives_lost_then_a_new_session() {
     if !zookeeper() {
