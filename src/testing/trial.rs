@@ -915,7 +915,8 @@ struct World {
     lock_port: u16,
     contenders: Vec<Option<Running>>,
     rng: Rng,
-    _servers: JoinSet<()>,
+    /// The resource's server and the session loggers.
+    _tasks: JoinSet<()>,
 }
 
 impl World {
@@ -1264,9 +1265,28 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         .local_addr()
         .map_err(HarnessError::io("reading the resource's port"))?
         .port();
-    let mut servers_tasks = JoinSet::new();
+    let mut tasks = JoinSet::new();
     if let Some(r) = resources.get(LOCK_ELECTION) {
-        servers_tasks.spawn(serve_resource(listener, Arc::clone(r)));
+        tasks.spawn(serve_resource(listener, Arc::clone(r)));
+    }
+    // The in-process sessions' state changes go into the log, as zkr's lines do.
+    for (i, session) in sessions.iter().enumerate() {
+        let changes = session.state_changes();
+        let book = Arc::clone(&book);
+        tasks.spawn(async move {
+            use futures::StreamExt;
+            let mut changes = std::pin::pin!(changes);
+            while let Some(status) = changes.next().await {
+                let state = status.state.map_or("none", |s| s.as_str());
+                let id = status
+                    .session_id
+                    .map_or_else(String::new, |id| format!(" {id:#x}"));
+                note(
+                    &book,
+                    format!("session-{i}: {state}{id} (epoch {})", status.epoch),
+                );
+            }
+        });
     }
 
     let mut world = World {
@@ -1280,7 +1300,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         lock_port,
         contenders: (0..CONTENDERS.len()).map(|_| None).collect(),
         rng: Rng::new(config.seed ^ 0x5EED),
-        _servers: servers_tasks,
+        _tasks: tasks,
     };
     let outcome = drive(&mut world, &plan).await;
     let groups = lock(&book).groups.clone();
