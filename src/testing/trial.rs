@@ -1336,7 +1336,10 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     let mut faults: BTreeMap<FaultKind, usize> = BTreeMap::new();
     let mut heals = Vec::new();
     for (n, round) in plan.iter().enumerate() {
-        note(&world.book, format!("round {n}: {round:?}"));
+        note(
+            &world.book,
+            format!("round {n}: {round:?}; {}", load_average()),
+        );
         let mut damage = Damage {
             busy_children: round.faults.iter().filter_map(child_of).collect(),
             ..Damage::default()
@@ -1349,7 +1352,10 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
         tokio::time::sleep(round.hold).await;
         heal(world, &mut damage).await?;
         let healed = MonotonicTime::now();
-        note(&world.book, format!("round {n}: healed"));
+        note(
+            &world.book,
+            format!("round {n}: healed; {}", load_average()),
+        );
         heals.push(healed);
         wait_for_leaders(world, &format!("round {n}'s heal")).await;
         tokio::time::sleep(round.settle).await;
@@ -1545,6 +1551,18 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
     Ok(true)
 }
 
+/// The machine's load (`/proc/loadavg`), for the log: a trial that fails on a starved machine
+/// should say so.
+fn load_average() -> String {
+    match std::fs::read_to_string("/proc/loadavg") {
+        Ok(l) => format!(
+            "load {}",
+            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        ),
+        Err(_) => "load unknown".to_owned(),
+    }
+}
+
 /// The `zkr` child a fault other than a freeze acts on, if any.
 fn child_of(fault: &Fault) -> Option<usize> {
     match fault.kind {
@@ -1631,30 +1649,45 @@ async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
 }
 
 /// Waits until both election paths are empty, at most the session timeout plus 3 s (a killed
-/// process's node goes when its session expires); returns what is left.
+/// process's node goes when its session expires); returns what is left. The looking client
+/// connects straight to the servers, and again whenever its session ends (the ensemble may be
+/// recovering from the last round).
 async fn wait_for_empty_paths(world: &World) -> Vec<String> {
     let bound = world.config.session_timeout + Duration::from_secs(3);
     let deadline = tokio::time::Instant::now() + bound;
-    let client = match tokio::time::timeout(
-        HARNESS_BOUND,
-        zookeeper_client::Client::connect(world.cluster.connect_string()),
-    )
-    .await
-    {
-        Ok(Ok(client)) => client,
-        _ => {
-            problem(&world.book, "no client to look for orphans".to_owned());
-            return Vec::new();
-        }
-    };
+    let mut client: Option<zookeeper_client::Client> = None;
+    let mut left = Vec::new();
     loop {
-        let mut left = Vec::new();
-        for election in ELECTIONS {
-            let path = world.path(election);
-            match client.list_children(&path).await {
-                Ok(children) => left.extend(children.into_iter().map(|c| format!("{path}/{c}"))),
-                Err(zookeeper_client::Error::NoNode) => {}
-                Err(e) => left.push(format!("{path}: cannot list: {e}")),
+        if client.is_none() {
+            let connect = zookeeper_client::Client::connector()
+                .with_session_timeout(world.config.session_timeout * 5)
+                .connect(world.cluster.connect_string());
+            match tokio::time::timeout(HARNESS_BOUND, connect).await {
+                Ok(Ok(c)) => client = Some(c),
+                Ok(Err(e)) => left = vec![format!("(no client to look with: {e})")],
+                Err(_) => left = vec!["(no client to look with in time)".to_owned()],
+            }
+        }
+        if let Some(c) = client.clone() {
+            left.clear();
+            for election in ELECTIONS {
+                let path = world.path(election);
+                match c.list_children(&path).await {
+                    Ok(children) => {
+                        left.extend(children.into_iter().map(|n| format!("{path}/{n}")))
+                    }
+                    Err(zookeeper_client::Error::NoNode) => {}
+                    Err(e) => {
+                        left.push(format!("{path}: cannot list: {e}"));
+                        if matches!(
+                            e,
+                            zookeeper_client::Error::SessionExpired
+                                | zookeeper_client::Error::ClientClosed
+                        ) {
+                            client = None;
+                        }
+                    }
+                }
             }
         }
         if left.is_empty() || tokio::time::Instant::now() >= deadline {
