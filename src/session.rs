@@ -18,7 +18,8 @@
 //!   and starts a new ZooKeeper session.
 //! - **A new session after loss**, reported as `Reconnected` with [`SessionStatus::new_session`]
 //!   set and a higher [`SessionStatus::epoch`], so recipes know to re-create their nodes. A holder
-//!   of the session never rebuilds it.
+//!   of the session never rebuilds it. Attempts to start one follow each other at most a second
+//!   apart, however long the outage, so the session is back soon after the servers are.
 //! - **Protected creates** shared by all recipes (Curator's `withProtection()`), which never leave
 //!   an orphan node behind (CURATOR-18, CURATOR-498).
 //!
