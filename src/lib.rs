@@ -92,7 +92,8 @@
 //!
 //! # Crate features
 //! - `testing`: the real-ZooKeeper test harness ([`testing`]): `TestingServer`,
-//!   `TestingCluster`, `FaultProxy`, `expire_session`.
+//!   `TestingCluster`, `FaultProxy`, `expire_session`, the history checker
+//!   (`testing::history`) and the seeded fault trials (`testing::trial`).
 //! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
 //!
 //! # Cancel safety and cleanup

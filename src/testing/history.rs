@@ -36,7 +36,7 @@
 //! use zookeeper_recipes::clock::MonotonicTime;
 //! use zookeeper_recipes::testing::history::{History, Term, Violation};
 //!
-//! let t = |ms| MonotonicTime::from_nanos(ms * 1_000_000);
+//! let t = |ms: u64| MonotonicTime::from_nanos(ms * 1_000_000);
 //! let term = |holder: &str, token, start, end| Term {
 //!     election: "/jobs".into(),
 //!     holder: holder.into(),

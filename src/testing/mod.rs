@@ -73,6 +73,13 @@
 //! # fn main() {}
 //! ```
 //!
+//! # Checking histories, and fault trials
+//!
+//! [`history`] is a pure checker of recorded terms and fenced writes (no overlapping terms,
+//! rising tokens, no stale write accepted, the time to a leader after a heal); [`trial`] runs
+//! seeded fault trials on a three-server ensemble and checks them with it
+//! (`tests/fault_trials.rs`, `examples/chaos.rs`).
+//!
 //! # Curator
 //!
 //! `TestingServer`, `TestingCluster` (`killServer`, `restartServer`) and `KillSession` keep
