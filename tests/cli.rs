@@ -430,7 +430,12 @@ async fn frozen_latch_leader_reports_not_leader_as_soon_as_it_wakes() {
         mono(frozen),
         mono(woke)
     );
-    assert!(first.int("mono_ns") >= mono(woke), "{}", first.json);
+    // Written after the SIGCONT, which was sent once the freeze had lasted `freeze`.
+    assert!(
+        first.int("mono_ns") >= mono(frozen + freeze),
+        "{}",
+        first.json
+    );
     eprintln!(
         "frozen latch: SIGCONT to not_leader {:.1} ms ({})",
         ms(delay),
