@@ -246,9 +246,11 @@ impl fmt::Display for Fault {
                 write!(f, "{} {}", self.kind, link_name(self.target))
             }
             FaultKind::ExpireSession => write!(f, "expire session-{}", self.target),
-            FaultKind::FreezeProcess | FaultKind::KillProcess => {
-                write!(f, "{} zkr-{}", self.kind, self.target)
+            // The leading child is frozen if one leads; the log says which one was.
+            FaultKind::FreezeProcess => {
+                write!(f, "freeze the leading zkr (else zkr-{})", self.target)
             }
+            FaultKind::KillProcess => write!(f, "{} zkr-{}", self.kind, self.target),
             FaultKind::RestartContender => {
                 write!(
                     f,
