@@ -8,7 +8,8 @@
 #
 # The ZooKeeper is the Rust bench's embedded server (`bench server`: standalone, tickTime 500,
 # fsync on), started once and stopped at the end. Each workload runs on Rust, then on Curator.
-# A run that fails, or takes longer than $BENCH_TIMEOUT seconds (default 900), shows `-` in the
+# After them the Rust bench's `floor` workload measures what the server alone needs for a
+# handover's requests, printed under the table. A run that fails, or takes longer than $BENCH_TIMEOUT seconds (default 900), shows `-` in the
 # table and the script carries on (Curator may not cope with 1,000 clients on a small machine).
 # Progress and each side's diagnostics go to stderr; the table goes to stdout.
 #
@@ -138,6 +139,10 @@ for w in "${workloads[@]}"; do
     run_side rust "${args[@]}"
     run_side curator "${args[@]}"
 done
+# The server's own floor for a handover (its two requests on the raw client, same pacing): what
+# neither client can go below on this server.
+floor_workload="floor 200"
+run_side rust $floor_workload
 
 # ---- table -----------------------------------------------------------------------------------
 figures_of() {
@@ -180,3 +185,5 @@ for w in "${workloads[@]}"; do
         printf '| %-17s | %-36s | %10s | %10s | %12s | %-6s |\n' "$w" "$f ($u)" "$r" "$c" "$ratio" "$(better_of "$f")"
     done
 done
+printf '\nthe server floor for a handover (%s: one fsynced delete, its event, one listing, no recipe): p50 %s ms, p99 %s ms\n' \
+    "$floor_workload" "${value["$floor_workload|floor_handover_ms_p50|rust"]:--}" "${value["$floor_workload|floor_handover_ms_p99|rust"]:--}"

@@ -9,6 +9,7 @@
 //!   join N         N connected sessions start one LeaderLatch each on one empty path at once
 //!   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
 //!   many N         N LeaderLatches on one session, on N paths
+//!   floor R        the server's own floor for a handover: R rounds of the same requests, raw
 //!   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 //! ```
 //!
@@ -56,6 +57,12 @@
 //! - `lock C S`: C sessions, each with an [`InterProcessMutex`] on one path, each looping
 //!   acquire + release. After 1 s of unmeasured warm-up, the acquire+release cycles completed in
 //!   the next S seconds, over all clients, divided by S: `lock_ops_per_s`.
+//! - `floor R`: no recipe at all: what the server needs for the two requests of a handover, to
+//!   tell how much of a handover is the client's. Two sessions; per round one creates an
+//!   ephemeral sequential node, the other watches it (getData), both stay idle for the control
+//!   window as before a handover (an idle server and CPU wake up slower than busy ones), then the
+//!   first deletes the node and the time until the second has its event and a listing of the
+//!   parent is one round. Prints `floor_handover_ms_p50` and `floor_handover_ms_p99`.
 //! - `many N`: one session; N latches on N fresh paths (siblings under one existing parent),
 //!   started at once. `many_start_ms` is the time until every latch has its node;
 //!   `rss_kb_per_latch` is the growth of this process's resident set (`VmRSS` of
@@ -112,6 +119,7 @@ usage: bench [--connect HOSTS] <workload> <args>
   join N         N connected sessions start one LeaderLatch each on one empty path at once
   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
   many N         N LeaderLatches on one session, on N paths
+  floor R        R rounds of a handover's requests on the raw client: the server's floor
   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 
 HOSTS defaults to $ZK_CONNECT, else an embedded ZooKeeper (tickTime 500, fsync on).
@@ -149,6 +157,7 @@ enum Workload {
     Join { candidates: usize },
     Lock { clients: usize, seconds: u64 },
     Many { latches: usize },
+    Floor { rounds: usize },
     Server,
 }
 
@@ -222,6 +231,12 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             expect(1, "N")?;
             Workload::Many {
                 latches: count(0, "N (latches)", 1)?,
+            }
+        }
+        "floor" => {
+            expect(1, "R")?;
+            Workload::Floor {
+                rounds: count(0, "R (rounds)", 1)?,
             }
         }
         "server" => {
@@ -539,6 +554,49 @@ async fn handover(target: &ZooKeeper, candidates: usize, rounds: usize) -> Resul
     Ok(())
 }
 
+async fn floor(target: &ZooKeeper, rounds: usize) -> Result<()> {
+    use zookeeper_client::{Acls, CreateMode};
+    let leader = connect_one(target.connect_string()).await?;
+    let successor = connect_one(target.connect_string()).await?;
+    let path = fresh_path("floor");
+    ensure_path(&leader, &path).await?;
+    let (leader, successor) = (leader.client()?, successor.client()?);
+    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let mut millis = Vec::with_capacity(rounds);
+    for round in 0..WARMUP_ROUNDS + rounds {
+        let (_, sequence) = leader
+            .create(&format!("{path}/n-"), b"floor", &ephemeral)
+            .await?;
+        let node = format!("{path}/n-{sequence}");
+        let (_, _, watcher) = successor.get_and_watch_data(&node).await?;
+        tokio::time::sleep(HANDOVER_CONTROL).await;
+        let t0 = Instant::now();
+        let delete = leader.delete(&node, None);
+        bounded(
+            || format!("round {round}: no event for the deleted node"),
+            watcher.changed(),
+        )
+        .await?;
+        successor.list_children(&path).await?;
+        let elapsed = t0.elapsed();
+        delete.await?;
+        if round >= WARMUP_ROUNDS {
+            millis.push(elapsed.as_secs_f64() * 1e3);
+        }
+    }
+    for (name, q) in [
+        ("floor_handover_ms_p50", 0.5),
+        ("floor_handover_ms_p99", 0.99),
+    ] {
+        figure(
+            name,
+            format_args!("{:.3}", percentile(&millis, q).unwrap_or(f64::NAN)),
+            "ms",
+        );
+    }
+    Ok(())
+}
+
 async fn join(target: &ZooKeeper, candidates: usize) -> Result<()> {
     let packets = Packets::calibrate(first_host(target.connect_string())).await?;
     let sessions = connect_sessions(target.connect_string(), candidates).await?;
@@ -746,6 +804,7 @@ async fn run(args: Args) -> Result<()> {
         Workload::Join { candidates } => join(&target, candidates).await,
         Workload::Lock { clients, seconds } => lock(&target, clients, seconds).await,
         Workload::Many { latches } => many(&target, latches).await,
+        Workload::Floor { rounds } => floor(&target, rounds).await,
         Workload::Server => server().await,
     }
 }
@@ -816,6 +875,10 @@ mod tests {
         assert_eq!(
             args("many 1000").map(|a| a.workload),
             Ok(Workload::Many { latches: 1000 })
+        );
+        assert_eq!(
+            args("floor 200").map(|a| a.workload),
+            Ok(Workload::Floor { rounds: 200 })
         );
         assert_eq!(args("server").map(|a| a.workload), Ok(Workload::Server));
     }
