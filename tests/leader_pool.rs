@@ -58,6 +58,14 @@ impl Jobs {
         }
     }
 
+    /// Each job's current leader token.
+    fn tokens(&self) -> Vec<Option<i64>> {
+        self.observers
+            .iter()
+            .map(|o| o.leader().map(|l| l.token.get()))
+            .collect()
+    }
+
     /// Each job's current leader id.
     fn leaders(&self) -> BTreeMap<String, Option<String>> {
         self.observers
@@ -573,6 +581,7 @@ async fn a_server_restart_within_the_session_timeout_moves_no_job() {
     }
     jobs.settled(&["s0", "s1", "s2"], BOUND, "start-up").await;
     let before = jobs.leaders();
+    let tokens = jobs.tokens();
     let handovers = jobs.handovers();
 
     let restart = Instant::now();
@@ -593,6 +602,11 @@ async fn a_server_restart_within_the_session_timeout_moves_no_job() {
         ms(restart.elapsed())
     );
     assert_eq!(jobs.leaders(), before, "no job moved");
+    assert_eq!(
+        jobs.tokens(),
+        tokens,
+        "every job is led from the same node again"
+    );
     assert_eq!(jobs.handovers(), handovers);
     for p in &pools {
         p.close().await.unwrap();
@@ -643,5 +657,126 @@ async fn a_job_path_the_replica_may_not_use_stops_the_pool_with_the_refusal() {
     }
     assert!(p.leading().is_empty(), "a stopped pool leads nothing");
     p.close().await.unwrap();
+    assert_no_overlap(&terms.terms(Instant::now() - Duration::from_secs(3600)));
+}
+
+#[tokio::test]
+async fn a_deleted_or_garbled_assignment_is_written_again_and_no_job_moves() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let root = testing::unique_path("pool-assignment-gone");
+    let watcher = session(connect, Duration::from_secs(10)).await;
+    let jobs = Jobs::observe(&watcher, &root).await;
+    let terms = PoolTerms::default();
+    let sessions: Vec<Session> =
+        futures::future::join_all((0..2).map(|_| session(connect, SESSION_TIMEOUT))).await;
+    let a = pool(&sessions[0], &root, "a", &terms).await;
+    let b = pool(&sessions[1], &root, "b", &terms).await;
+    jobs.settled(&["a", "b"], BOUND, "start-up").await;
+    let before = jobs.leaders();
+    let handovers = jobs.handovers();
+    let raw = watcher.client().unwrap();
+    let node = format!("{root}/assignment");
+    let written_again = || async {
+        match raw.get_data(&node).await {
+            Ok((data, _)) => serde_json::from_slice::<serde_json::Value>(&data)
+                .ok()
+                .map(drop),
+            Err(_) => None,
+        }
+    };
+
+    raw.delete(&node, None).await.unwrap();
+    common::eventually(
+        BOUND,
+        "the deleted assignment to be written again",
+        written_again,
+    )
+    .await;
+    raw.set_data(&node, b"{ not json", None).await.unwrap();
+    common::eventually(
+        BOUND,
+        "the garbled assignment to be written again",
+        written_again,
+    )
+    .await;
+
+    jobs.settled(&["a", "b"], BOUND, "after the rewrites").await;
+    assert_eq!(jobs.leaders(), before, "no job moved");
+    assert_eq!(jobs.handovers(), handovers, "no job changed hands");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    assert_no_overlap(&terms.terms(Instant::now() - Duration::from_secs(3600)));
+}
+
+#[tokio::test]
+async fn a_replica_stopped_by_a_refusal_leaves_the_membership_and_the_others_take_its_jobs() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let root = testing::unique_path("pool-refused-member");
+    // job-03's path belongs to "owner": only sessions authenticated as owner may use it.
+    let owner = Session::builder(connect)
+        .digest_auth("owner", "owner-password")
+        .connect()
+        .await
+        .unwrap();
+    let raw = owner.client().unwrap();
+    let open =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    raw.mkdir(&format!("{root}/jobs"), &open).await.unwrap();
+    let closed =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::creator_all());
+    raw.create(&format!("{root}/jobs/job-03"), b"", &closed)
+        .await
+        .unwrap();
+
+    let watcher = session(connect, Duration::from_secs(10)).await;
+    let terms = PoolTerms::default();
+    // "refused" joins first, so it is the coordinator when the server refuses it.
+    let refused_session = session(connect, SESSION_TIMEOUT).await;
+    let refused = pool(&refused_session, &root, "refused", &terms).await;
+    let allowed_session = Session::builder(connect)
+        .session_timeout(SESSION_TIMEOUT)
+        .digest_auth("owner", "owner-password")
+        .connect()
+        .await
+        .unwrap();
+    let allowed = pool(&allowed_session, &root, "allowed", &terms).await;
+    within(BOUND, "the refused replica to stop", async {
+        let mut events = Box::pin(refused.events());
+        while futures::StreamExt::next(&mut events).await.is_some() {}
+    })
+    .await;
+    assert!(
+        matches!(
+            refused.failure(),
+            Some(zookeeper_recipes::Error::Refused { .. })
+        ),
+        "{:?}",
+        refused.failure()
+    );
+    // Still holding its `LeaderPool`, the refused replica must not hold its membership node:
+    // the other replica coordinates and leads every job.
+    within(BOUND, "the allowed replica to lead all 12 jobs", async {
+        while allowed.leading().len() < 12 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let members = common::children(&watcher, &format!("{root}/members")).await;
+    assert_eq!(
+        members.len(),
+        1,
+        "only the allowed replica is a member: {members:?}"
+    );
+    assert!(allowed.is_coordinator());
+    allowed.close().await.unwrap();
+    refused.close().await.unwrap();
     assert_no_overlap(&terms.terms(Instant::now() - Duration::from_secs(3600)));
 }

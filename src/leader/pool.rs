@@ -469,11 +469,13 @@ impl LeaderPool {
     /// None today.
     ///
     /// # Cancel safety
-    /// Cancel safe in effect: if the future is dropped, dropping the pool (or the stop that
-    /// `close` has already begun) still releases every job and deletes every node in the
-    /// background.
+    /// Cancel safe: if the future is dropped part way, the pool stops all the same (it leaves
+    /// the membership, releases every job and deletes every node in the background); only the
+    /// wait for the hand-over is cut short.
     #[instrument(skip_all, fields(root = %self.shared.root, id = %self.shared.id))]
     pub async fn close(&self) -> Result<()> {
+        // Dropped (with the future, or below once the jobs have new owners): the pool stops.
+        let stop = self.shared.stop.clone().drop_guard();
         self.members.close().await?;
         let id = self.shared.id.clone();
         let mut assignment = self.shared.assignment_tx.subscribe();
@@ -491,7 +493,7 @@ impl LeaderPool {
         {
             debug!("no assignment without this replica in time; releasing anyway");
         }
-        self.shared.stop.cancel();
+        drop(stop);
         let tasks = self
             .tasks
             .lock()
@@ -512,7 +514,10 @@ fn forward(shared: &Shared, job: &str, event: LatchEvent, last: &mut Option<Lead
     };
     match event {
         LatchEvent::Leader(term) => {
-            info!(job, token = %term.token(), node = %term.path(), "leading job");
+            if last.as_ref() == Some(&term) {
+                return; // seen already, through the latch's state
+            }
+            info!(job, token = %term.token(), node = %term.path(), session_id = %hex(term.session_id()), "leading job");
             tx.send_replace(Some(term.clone()));
             *last = Some(term.clone());
             let _ = shared.events_tx.send(PoolEvent::Leader {
@@ -566,6 +571,14 @@ impl Stands {
             .map(String::as_str)
             .filter(|job| assignment.jobs.get(*job) == Some(&shared.id))
             .collect();
+        for (job, owner) in &assignment.jobs {
+            if *owner == shared.id && !shared.jobs.contains(job) {
+                warn!(
+                    job,
+                    "the assignment gives this replica a job it was not configured with; nobody leads it (replicas must share one job list)"
+                );
+            }
+        }
         let release: Vec<String> = self
             .latches
             .keys()
@@ -595,11 +608,16 @@ impl Stands {
                 Ok(latch) => {
                     info!(job, "standing for job");
                     let events = latch.events();
+                    // A term won before the subscription has no event in the stream.
+                    let won = latch.current_leadership();
                     let shared = Arc::clone(shared);
                     let job_name = job.to_owned();
                     self.forwarders.spawn(async move {
                         let mut events = Box::pin(events);
                         let mut last = None;
+                        if let Some(term) = won {
+                            forward(&shared, &job_name, LatchEvent::Leader(term), &mut last);
+                        }
                         while let Some(event) = events.next().await {
                             forward(&shared, &job_name, event, &mut last);
                         }
@@ -638,8 +656,9 @@ async fn follow(shared: Arc<Shared>) {
             break;
         };
         loop {
-            // Reap finished releases as we go.
+            // Reap finished releases and forwarders as we go.
             while stands.releasing.try_join_next().is_some() {}
+            while stands.forwarders.try_join_next().is_some() {}
             let read = tokio::select! {
                 biased;
                 _ = shared.stop.cancelled() => break 'session,
@@ -670,8 +689,15 @@ async fn follow(shared: Arc<Shared>) {
                     continue 'session;
                 }
             };
-            // No assignment (yet, or deleted): keep what we stand for until the coordinator
-            // writes one; releasing everything would only make jobs leaderless meanwhile.
+            // No assignment (yet, or deleted, or garbled): keep what we stand for until the
+            // coordinator writes one; releasing everything would only make jobs leaderless
+            // meanwhile. Publishing its absence wakes the coordinator (this replica's, if it is
+            // the one), which writes it again from the current leaders: nothing moves.
+            if assignment.is_none() {
+                shared
+                    .assignment_tx
+                    .send_if_modified(|a| a.take().is_some());
+            }
             if let Some(assignment) = assignment {
                 let changed = shared.assignment_tx.send_if_modified(|a| {
                     let changed = a.as_ref() != Some(&assignment);
@@ -786,7 +812,16 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
                 }
                 Err(e) => {
                     failures = failures.saturating_add(1);
-                    debug!(error = %e, "coordinating was interrupted; trying again");
+                    match e {
+                        Error::ConnectionLoss
+                        | Error::SessionExpired
+                        | Error::NotLeader { .. }
+                        | Error::Timeout(_)
+                        | Error::Closed => {
+                            debug!(error = %e, "coordinating was interrupted; trying again")
+                        }
+                        _ => warn!(error = %e, "coordinating failed; trying again"),
+                    }
                     let pause = retry_backoff(failures, shared.session.connection_timeout());
                     tokio::select! {
                         _ = shared.stop.cancelled() => break,
@@ -802,6 +837,10 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
             break;
         }
     }
+    // However the pool stopped (closed, dropped, or refused by the server), it is no member any
+    // more: a member that stands for nothing would be assigned jobs that nobody leads, and as
+    // coordinator it would keep everyone else from coordinating.
+    let _ = members.close().await;
 }
 
 /// One round: watch the membership, compute the assignment, write it (fenced by the
