@@ -275,6 +275,9 @@ struct Memory {
     /// A node the server said is gone (a `NodeDeleted` on the leader's node): never reported
     /// again.
     gone: Option<String>,
+    /// The highest token ever reported: a lower one can only come from a server that lags
+    /// behind, even after a `None` report in between.
+    highest: Option<FencingToken>,
 }
 
 impl Memory {
@@ -287,14 +290,11 @@ impl Memory {
 
 /// Whether a leader read from the server contradicts what this observer already knows, so that
 /// the view must be from a server that lags behind (possible only on a new session, which may
-/// connect to a lagging follower): a node the server said is gone, or an older token than the
-/// last report. Leaders follow each other in creation order, so tokens only rise.
+/// connect to a lagging follower): a node the server said is gone, or an older token than any
+/// reported so far. Leaders follow each other in creation order, so tokens only rise.
 fn is_stale(found: &LeaderInfo, memory: &Memory) -> bool {
     memory.gone.as_deref() == Some(found.node.as_str())
-        || memory
-            .reported
-            .as_ref()
-            .is_some_and(|r| found.token < r.token)
+        || memory.highest.is_some_and(|highest| found.token < highest)
 }
 
 /// How the wait on one look ended.
@@ -402,6 +402,9 @@ fn publish(shared: &Shared, memory: &mut Memory, leader: Option<LeaderInfo>, ses
         None => ObserverEvent::NoLeader,
     };
     let _ = shared.events_tx.send(event);
+    if let Some(l) = &leader {
+        memory.highest = memory.highest.max(Some(l.token));
+    }
     memory.reported = leader;
 }
 
@@ -570,21 +573,29 @@ mod tests {
             reported: Some(info("/e/n1", 10)),
             reported_once: true,
             gone: Some("/e/n1".into()),
+            highest: Some(FencingToken::from_raw(10)),
         };
         assert!(is_stale(&info("/e/n1", 10), &memory));
         assert!(!is_stale(&info("/e/n2", 12), &memory));
     }
 
     #[test]
-    fn an_older_token_than_the_last_report_is_stale_and_the_same_node_is_not() {
+    fn an_older_token_than_any_report_is_stale_and_the_same_node_is_not() {
         let memory = Memory {
             reported: Some(info("/e/n2", 20)),
             reported_once: true,
             gone: None,
+            highest: Some(FencingToken::from_raw(20)),
         };
         assert!(is_stale(&info("/e/n1", 10), &memory));
         assert!(!is_stale(&info("/e/n2", 20), &memory));
         assert!(!is_stale(&info("/e/n3", 30), &Memory::default()));
+        // A "no leader" report in between does not make an older leader new again.
+        let memory = Memory {
+            reported: None,
+            ..memory
+        };
+        assert!(is_stale(&info("/e/n1", 10), &memory));
     }
 
     #[test]
