@@ -720,7 +720,8 @@ async fn a_replica_stopped_by_a_refusal_leaves_the_membership_and_the_others_tak
     let server = shared_server().await;
     let connect = server.connect_string();
     let root = testing::unique_path("pool-refused-member");
-    // job-03's path belongs to "owner": only sessions authenticated as owner may use it.
+    // The assignment node belongs to "owner": only sessions authenticated as owner may read it,
+    // and every member reads it.
     let owner = Session::builder(connect)
         .digest_auth("owner", "owner-password")
         .connect()
@@ -729,10 +730,10 @@ async fn a_replica_stopped_by_a_refusal_leaves_the_membership_and_the_others_tak
     let raw = owner.client().unwrap();
     let open =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
-    raw.mkdir(&format!("{root}/jobs"), &open).await.unwrap();
+    raw.mkdir(&root, &open).await.unwrap();
     let closed =
         zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::creator_all());
-    raw.create(&format!("{root}/jobs/job-03"), b"", &closed)
+    raw.create(&format!("{root}/assignment"), b"", &closed)
         .await
         .unwrap();
 
