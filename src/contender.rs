@@ -36,7 +36,7 @@ use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
 use crate::path::{self, Standing};
-use crate::session::{HeldNode, Live, Session, SessionStatus, hex, retry_backoff};
+use crate::session::{HeldNode, Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// A participant in an election or a lock queue, as Curator's `Participant`.
@@ -323,50 +323,33 @@ impl Contender {
     }
 }
 
-/// Every connection-state change, in order, as seen by one contender.
-struct StateFeed {
-    rx: broadcast::Receiver<SessionStatus>,
-    session: Session,
-}
+/// Every connection-state change, in order, as seen by one contender, each reported as an
+/// event as it passes.
+struct StateFeed(StatusFeed);
 
 impl StateFeed {
     fn new(session: &Session) -> Self {
-        StateFeed {
-            rx: session.subscribe_changes(),
-            session: session.clone(),
-        }
+        StateFeed(StatusFeed::new(session))
     }
 
-    /// Takes the changes that are already queued, reporting each as an event.
+    /// Takes the changes that are already queued.
     fn drain(&mut self, shared: &Shared) {
-        loop {
-            match self.rx.try_recv() {
-                Ok(status) => {
-                    if let Some(state) = status.state {
-                        shared.emit(ContenderEvent::State(state));
-                    }
-                }
-                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
-                Err(_) => return,
-            }
+        while let Some(status) = self.0.try_next() {
+            report_state(shared, &status);
         }
     }
 
-    /// The next status change, reported as an event as it passes.
+    /// The next status change.
     async fn next(&mut self, shared: &Shared) -> SessionStatus {
-        let status = match self.rx.recv().await {
-            Ok(s) => s,
-            Err(broadcast::error::RecvError::Lagged(_)) => self.session.status(),
-            Err(broadcast::error::RecvError::Closed) => {
-                let mut s = self.session.status();
-                s.closed = true;
-                s
-            }
-        };
-        if let Some(state) = status.state {
-            shared.emit(ContenderEvent::State(state));
-        }
+        let status = self.0.next().await;
+        report_state(shared, &status);
         status
+    }
+}
+
+fn report_state(shared: &Shared, status: &SessionStatus) {
+    if let Some(state) = status.state {
+        shared.emit(ContenderEvent::State(state));
     }
 }
 
@@ -558,26 +541,9 @@ fn on_error(operation: &'static str, path: &str, e: Error) -> Step {
 
 /// Waits until the session is connected for writes; `None` when closed.
 async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
-    loop {
-        if shared.stop.is_cancelled() {
-            return None;
-        }
-        let status = shared.session.status();
-        if status.closed {
-            return None;
-        }
-        if matches!(
-            status.state,
-            Some(ConnectionState::Connected | ConnectionState::Reconnected)
-        ) && let Ok(live) = shared.session.live()
-        {
-            return Some(live);
-        }
-        tokio::select! {
-            _ = shared.stop.cancelled() => return None,
-            s = feed.next(shared) => if s.closed { return None },
-        }
-    }
+    feed.0
+        .wait_quorum(&shared.stop, |status| report_state(shared, status))
+        .await
 }
 
 /// First in line: lead until the term ends.

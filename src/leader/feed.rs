@@ -1,79 +1,15 @@
-//! The connection-state feed that the watching recipes (observer, pool) share: every status
-//! change in order, and the wait for a session that can serve reads of the quorum's state.
+//! What the watching recipes (observer, pool) share on top of the session's [`StatusFeed`]: a
+//! backoff that wakes on connection changes, classifying a change for a watch, event streams.
 
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::session::{Live, Session, SessionStatus, is_transient, retry_backoff};
+use crate::session::{SessionStatus, StatusFeed, is_transient, retry_backoff};
 use crate::state::ConnectionState;
 
-/// Every status change of a session, in order.
-pub(crate) struct Feed {
-    rx: broadcast::Receiver<SessionStatus>,
-    session: Session,
-}
-
-impl Feed {
-    pub(crate) fn new(session: &Session) -> Self {
-        Feed {
-            rx: session.subscribe_changes(),
-            session: session.clone(),
-        }
-    }
-
-    /// The next status change (the latest status when the feed fell behind; `closed` once the
-    /// session is gone).
-    pub(crate) async fn next(&mut self) -> SessionStatus {
-        match self.rx.recv().await {
-            Ok(status) => status,
-            Err(broadcast::error::RecvError::Lagged(_)) => self.session.status(),
-            Err(broadcast::error::RecvError::Closed) => {
-                let mut status = self.session.status();
-                status.closed = true;
-                status
-            }
-        }
-    }
-
-    /// Waits until the session is `Connected` or `Reconnected` (not `ReadOnly`: a read-only
-    /// server may lag arbitrarily) and returns its client; `None` when `stop` fires or the session
-    /// closes. `seen` is called with every change that passes meanwhile.
-    pub(crate) async fn wait_readable(
-        &mut self,
-        stop: &CancellationToken,
-        mut seen: impl FnMut(&SessionStatus),
-    ) -> Option<Live> {
-        loop {
-            if stop.is_cancelled() {
-                return None;
-            }
-            let status = self.session.status();
-            if status.closed {
-                return None;
-            }
-            if matches!(
-                status.state,
-                Some(ConnectionState::Connected | ConnectionState::Reconnected)
-            ) && let Ok(live) = self.session.live()
-            {
-                return Some(live);
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return None,
-                status = self.next() => {
-                    seen(&status);
-                    if status.closed {
-                        return None;
-                    }
-                }
-            }
-        }
-    }
-}
-
-impl Feed {
+impl StatusFeed {
     /// After the `failures`th failed read in a row: logs `e` (a transient error at `debug`),
     /// then waits the backoff for `failures`, or less if the connection changes meanwhile.
     /// `false` when `stop` fires or the session closes.
@@ -90,7 +26,7 @@ impl Feed {
         } else {
             warn!(error = %e, "{what} failed");
         }
-        let pause = retry_backoff(failures, self.session.connection_timeout());
+        let pause = retry_backoff(failures, self.session().connection_timeout());
         tokio::select! {
             _ = stop.cancelled() => false,
             _ = tokio::time::sleep(pause) => true,

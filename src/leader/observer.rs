@@ -11,9 +11,9 @@ use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::leader::feed::{Change, Feed, classify, log_state, until_done};
+use crate::leader::feed::{Change, classify, log_state, until_done};
 use crate::path;
-use crate::session::{Live, Session, SessionStatus, hex};
+use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
 use crate::state::ConnectionState;
 
 /// Who leads an election path: what a [`LeaderObserver`] reports.
@@ -307,7 +307,7 @@ enum Wake {
 }
 
 async fn run(shared: std::sync::Arc<Shared>) {
-    let mut feed = Feed::new(&shared.session);
+    let mut feed = StatusFeed::new(&shared.session);
     let mut memory = Memory::default();
     let mut failures = 0u32;
     'session: loop {
@@ -315,7 +315,7 @@ async fn run(shared: std::sync::Arc<Shared>) {
             shared.confirmed.store(false, Ordering::Release);
             report_state(&shared, status);
         };
-        let Some(live) = feed.wait_readable(&shared.stop, seen).await else {
+        let Some(live) = feed.wait_quorum(&shared.stop, seen).await else {
             break;
         };
         loop {
@@ -512,7 +512,7 @@ async fn look(
 /// Waits for the look's watch or a connection change.
 async fn wait(
     shared: &Shared,
-    feed: &mut Feed,
+    feed: &mut StatusFeed,
     live: &Live,
     look: Look,
     memory: &mut Memory,

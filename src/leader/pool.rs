@@ -13,10 +13,10 @@ use zookeeper_client::OneshotWatcher;
 use crate::contender::{self, TermEnd};
 use crate::error::{Error, Result};
 use crate::fencing::{FencedOp, Leadership};
-use crate::leader::feed::{Change, Feed, classify, log_state, until_done};
+use crate::leader::feed::{Change, classify, log_state, until_done};
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
 use crate::path::{self, LATCH_LOCK_NAME};
-use crate::session::{Live, Session, SessionStatus, hex, retry_backoff};
+use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// The child of the pool root under which every replica holds its membership latch.
@@ -643,7 +643,7 @@ impl Stands {
 
 /// The follower: reads the assignment (watching it) and stands for this replica's jobs.
 async fn follow(shared: Arc<Shared>) {
-    let mut feed = Feed::new(&shared.session);
+    let mut feed = StatusFeed::new(&shared.session);
     let mut stands = Stands {
         latches: BTreeMap::new(),
         releasing: JoinSet::new(),
@@ -652,7 +652,7 @@ async fn follow(shared: Arc<Shared>) {
     let mut failures = 0u32;
     'session: loop {
         let seen = |status: &SessionStatus| report_state(&shared, status);
-        let Some(live) = feed.wait_readable(&shared.stop, seen).await else {
+        let Some(live) = feed.wait_quorum(&shared.stop, seen).await else {
             break;
         };
         loop {
