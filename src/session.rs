@@ -1344,8 +1344,17 @@ async fn connect_client(config: &Config) -> Result<Client> {
     let Some(chroot) = &config.chroot else {
         return Ok(client);
     };
+    // Look before creating: the server checks CREATE on the parent before it checks whether the
+    // node exists, so creating a chroot that an operator provisioned under a parent closed to us
+    // would be refused although nothing needs creating (and a read-only server refuses every
+    // create).
+    let exists = client.check_stat(chroot).await?.is_some();
     let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    match client.mkdir(chroot, &persistent).await {
+    match if exists {
+        Ok(())
+    } else {
+        client.mkdir(chroot, &persistent).await
+    } {
         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
         // Without its chroot a session could make no node at all: no session then, and a
         // refusal is what `connect` reports.

@@ -947,7 +947,8 @@ async fn a_connect_string_pointing_at_something_else_times_out_cleanly_without_s
 }
 
 #[tokio::test]
-async fn a_chroot_that_does_not_exist_is_created_and_one_that_cannot_be_is_refused() {
+async fn a_missing_chroot_is_created_a_provisioned_one_is_used_as_it_is_and_one_that_cannot_be_made_is_refused()
+ {
     if !zookeeper() {
         return;
     }
@@ -1019,6 +1020,46 @@ async fn a_chroot_that_does_not_exist_is_created_and_one_that_cannot_be_is_refus
         ),
         "{refused:?}"
     );
+    // Provisioned by an operator under a parent closed to us: used as it is. (Creating it again
+    // would be refused: the server checks CREATE on the parent before it sees the node exists.)
+    let closed_parent = format!("{blocker}/closed");
+    make(
+        &zk,
+        &closed_parent,
+        CreateMode::Persistent,
+        Acls::anyone_all(),
+    )
+    .await;
+    let provisioned_chroot = format!("{closed_parent}/app");
+    make(
+        &zk,
+        &provisioned_chroot,
+        CreateMode::Persistent,
+        Acls::anyone_all(),
+    )
+    .await;
+    zk.set_acl(&closed_parent, &Acls::anyone_read(), None)
+        .await
+        .unwrap();
+    let s = Session::builder(format!("{}{provisioned_chroot}", server.connect_string()))
+        .connection_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let latch = LeaderLatch::builder(&s, "/election/jobs")
+        .id("b")
+        .start()
+        .await
+        .unwrap();
+    within(
+        BOUND,
+        "leadership under the provisioned chroot",
+        latch.await_leadership(),
+    )
+    .await
+    .unwrap();
+    latch.close().await.unwrap();
+    s.close().await.unwrap();
 }
 
 #[tokio::test]
