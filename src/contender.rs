@@ -151,7 +151,8 @@ pub(crate) enum ContenderEvent {
     NotLeader { term: Leadership, reason: TermEnd },
     /// The session's connection state changed.
     State(ConnectionState),
-    /// The server refused a request for good; the contender has stopped (its last event).
+    /// The contender stopped for good ([`Error::Refused`], [`Error::SequenceExhausted`]); its last
+    /// event.
     Failed(Box<Error>),
 }
 
@@ -357,7 +358,7 @@ fn report_state(shared: &Shared, status: &SessionStatus) {
 enum Exit {
     Closed,
     TermOver,
-    /// The server refused a request for good ([`Error::Refused`]).
+    /// Stopped for good: a refusal ([`Error::Refused`]) or an exhausted sequence counter.
     Failed(Error),
 }
 
@@ -401,7 +402,7 @@ async fn run(shared: Arc<Shared>) {
     }
     if let Exit::Failed(err) = &exit {
         error!(error = %err, session_id = %shared.session.session_id().map(hex).unwrap_or_default(),
-            "the server refuses this contender's requests; it stops (fix the cause and start a new one)");
+            "this contender stops for good (fix the cause and start a new one)");
         let _ = shared.failure.set(err.clone());
         shared.emit(ContenderEvent::Failed(Box::new(err.clone())));
     }
@@ -413,7 +414,7 @@ async fn run(shared: Arc<Shared>) {
     match exit {
         Exit::Closed => debug!("contender closed"),
         Exit::TermOver => debug!("contender's term is over"),
-        Exit::Failed(_) => debug!("contender stopped after a refusal"),
+        Exit::Failed(_) => debug!("contender stopped for good"),
     }
 }
 
@@ -469,6 +470,13 @@ async fn step(
                     };
                     shared.node_tx.send_replace(Some(own.path.clone()));
                     *node = Some(own.clone());
+                    if path::sequence_of(&own.name, spec.lock_name).is_none() {
+                        // A name we cannot order (the counter wrapped): it would be missing from
+                        // every listing, and joining again would only make more such nodes.
+                        return Step::Exit(Exit::Failed(Error::SequenceExhausted {
+                            path: spec.path.clone(),
+                        }));
+                    }
                     own
                 }
                 Err(Error::Closed) => return Step::Exit(Exit::Closed),

@@ -100,6 +100,17 @@ pub enum Error {
         limit: usize,
     },
 
+    /// The election path's sequence counter has passed 2^31 - 1: ZooKeeper names new sequential
+    /// nodes under it with a negative number, which orders before every other node (for Curator
+    /// too). The recipe has stopped and deleted its node rather than join an election that can no
+    /// longer be ordered. Delete the path once nothing uses it (or let the server remove the
+    /// empty container), then start again: a new path counts from zero.
+    #[error("the sequence counter of {path:?} is exhausted (past 2^31 - 1); re-create the path")]
+    SequenceExhausted {
+        /// The election (or lock) path.
+        path: String,
+    },
+
     /// Any other error reported by ZooKeeper or the client.
     #[error("ZooKeeper error: {0}")]
     Zookeeper(#[source] zookeeper_client::Error),

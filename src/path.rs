@@ -514,6 +514,17 @@ mod tests {
     }
 
     #[test]
+    fn a_sequence_past_two_to_the_31_does_not_parse() {
+        // ZooKeeper formats the parent's counter with "%010d"; past 2^31 - 1 it is negative.
+        assert_eq!(
+            sequence_of("_c_x-latch-2147483647", "latch-"),
+            Some(2_147_483_647)
+        );
+        assert_eq!(sequence_of("_c_x-latch--2147483648", "latch-"), None);
+        assert_eq!(sequence_of("_c_x-latch--000000001", "latch-"), None);
+    }
+
+    #[test]
     fn standing_names_the_immediate_predecessor_only() {
         let children: Vec<String> = (1..=4)
             .map(|i| format!("_c_x{i}-latch-000000000{i}"))

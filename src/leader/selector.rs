@@ -316,7 +316,7 @@ impl LeaderSelector {
         .map_err(|e| self.failure().unwrap_or(e))
     }
 
-    /// Why the selector stopped by itself ([`Error::Refused`]), if it did.
+    /// Why the selector stopped by itself ([`Error::Refused`], [`Error::SequenceExhausted`]), if it did.
     pub fn failure(&self) -> Option<Error> {
         self.shared.failure.get().cloned()
     }
