@@ -38,13 +38,14 @@ impl StatusFeed {
     }
 }
 
-/// A recipe's events from a broadcast channel, until `done` turns true; what was queued by then
+/// A recipe's events from a broadcast channel, until `done` completes; what was queued by then
 /// is still delivered. A listener that falls behind skips what it missed.
 pub(crate) fn until_done<T: Clone + Send + 'static>(
     mut rx: broadcast::Receiver<T>,
-    mut done: watch::Receiver<bool>,
+    done: impl Future<Output = ()> + Send + 'static,
 ) -> impl Stream<Item = T> + Send + 'static {
     async_stream::stream! {
+        let mut done = std::pin::pin!(done);
         loop {
             tokio::select! {
                 r = rx.recv() => match r {
@@ -52,15 +53,24 @@ pub(crate) fn until_done<T: Clone + Send + 'static>(
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
-                _ = async { let _ = done.wait_for(|d| *d).await; } => {
-                    while let Ok(event) = rx.try_recv() {
-                        yield event;
+                _ = &mut done => {
+                    loop {
+                        match rx.try_recv() {
+                            Ok(event) => yield event,
+                            Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                            Err(_) => break,
+                        }
                     }
                     break;
                 }
             }
         }
     }
+}
+
+/// Completes when `done` turns true (or its sender is gone).
+pub(crate) async fn flag_set(mut done: watch::Receiver<bool>) {
+    let _ = done.wait_for(|d| *d).await;
 }
 
 /// Logs a connection change for a recipe whose view it makes unconfirmed or stale, and passes

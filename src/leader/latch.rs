@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use futures::Stream;
-use tokio::sync::{broadcast, watch};
+use futures::{Stream, StreamExt};
+use tokio::sync::watch;
 use tracing::instrument;
 
 use crate::acl::NodeAcl;
@@ -12,6 +12,7 @@ use crate::contender::{
 };
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
+use crate::leader::feed::until_done;
 use crate::path::{self, LATCH_LOCK_NAME};
 use crate::session::Session;
 use crate::state::{ConnectionState, ErrorPolicy};
@@ -47,8 +48,8 @@ pub enum LatchEvent {
     },
     /// The session's connection state changed.
     State(ConnectionState),
-    /// The server refused the latch's requests for good ([`Error::Refused`]): the latch has
-    /// stopped. The last event.
+    /// The latch stopped for good: the server refused its requests ([`Error::Refused`]), or the
+    /// path's sequence counter is exhausted ([`Error::SequenceExhausted`]). The last event.
     Failed(Error),
 }
 
@@ -219,38 +220,19 @@ impl LeaderLatch {
     /// # Curator
     /// `addListener(LeaderLatchListener)` plus the framework's connection-state listener.
     pub fn events(&self) -> impl Stream<Item = LatchEvent> + Send + 'static {
-        let mut rx = self.contender.events();
         let mut phase = self.contender.phase();
-        async_stream::stream! {
-            loop {
-                tokio::select! {
-                    r = rx.recv() => match r {
-                        Ok(ContenderEvent::Leader(term)) => yield LatchEvent::Leader(term),
-                        Ok(ContenderEvent::NotLeader { term, reason }) => {
-                            yield LatchEvent::NotLeader { token: term.token(), reason }
-                        }
-                        Ok(ContenderEvent::State(state)) => yield LatchEvent::State(state),
-                        Ok(ContenderEvent::Failed(err)) => yield LatchEvent::Failed(*err),
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    },
-                    _ = async { let _ = phase.wait_for(|p| *p == Phase::Done).await; } => {
-                        // Deliver what is still queued, then end.
-                        while let Ok(event) = rx.try_recv() {
-                            match event {
-                                ContenderEvent::Leader(term) => yield LatchEvent::Leader(term),
-                                ContenderEvent::NotLeader { term, reason } => {
-                                    yield LatchEvent::NotLeader { token: term.token(), reason }
-                                }
-                                ContenderEvent::State(state) => yield LatchEvent::State(state),
-                                ContenderEvent::Failed(err) => yield LatchEvent::Failed(*err),
-                            }
-                        }
-                        break;
-                    }
-                }
-            }
-        }
+        let done = async move {
+            let _ = phase.wait_for(|p| *p == Phase::Done).await;
+        };
+        until_done(self.contender.events(), done).map(|event| match event {
+            ContenderEvent::Leader(term) => LatchEvent::Leader(term),
+            ContenderEvent::NotLeader { term, reason } => LatchEvent::NotLeader {
+                token: term.token(),
+                reason,
+            },
+            ContenderEvent::State(state) => LatchEvent::State(state),
+            ContenderEvent::Failed(err) => LatchEvent::Failed(*err),
+        })
     }
 
     /// Waits until this latch leads and returns the term.
@@ -372,7 +354,7 @@ impl LeaderLatch {
         self.contender.is_stopped()
     }
 
-    /// Why the latch stopped by itself ([`Error::Refused`]), if it did.
+    /// Why the latch stopped by itself ([`Error::Refused`], [`Error::SequenceExhausted`]), if it did.
     pub fn failure(&self) -> Option<Error> {
         self.contender.failure()
     }

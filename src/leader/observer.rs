@@ -11,7 +11,7 @@ use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::leader::feed::{Change, classify, log_state, until_done};
+use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
 use crate::path;
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
 use crate::state::ConnectionState;
@@ -218,7 +218,7 @@ impl LeaderObserver {
     pub fn events(&self) -> impl Stream<Item = ObserverEvent> + Send + 'static {
         until_done(
             self.shared.events_tx.subscribe(),
-            self.shared.done_tx.subscribe(),
+            flag_set(self.shared.done_tx.subscribe()),
         )
     }
 

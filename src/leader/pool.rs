@@ -13,7 +13,7 @@ use zookeeper_client::OneshotWatcher;
 use crate::contender::{self, TermEnd};
 use crate::error::{Error, Result};
 use crate::fencing::{FencedOp, Leadership};
-use crate::leader::feed::{Change, classify, log_state, until_done};
+use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
 use crate::path::{self, LATCH_LOCK_NAME};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
@@ -456,7 +456,7 @@ impl LeaderPool {
     pub fn events(&self) -> impl Stream<Item = PoolEvent> + Send + 'static {
         until_done(
             self.shared.events_tx.subscribe(),
-            self.shared.done_tx.subscribe(),
+            flag_set(self.shared.done_tx.subscribe()),
         )
     }
 
@@ -791,15 +791,22 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
         info!(token = %term.token(), session_id = %hex(term.session_id()), "coordinating the pool");
         let mut failures = 0u32;
         while !term.has_ended() {
+            // Marked seen before the round reads the server: a change published while it runs
+            // (the assignment deleted just after it was read) still wakes the next wait.
+            assignment_rx.borrow_and_update();
             match coordinate_once(&shared, &term).await {
-                Ok(watcher) => {
+                Ok((watcher, target)) => {
                     failures = 0;
-                    assignment_rx.borrow_and_update();
                     tokio::select! {
                         _ = shared.stop.cancelled() => break,
                         _ = term.ended() => break,
                         event = watcher.changed() => debug!(event = ?event.event_type, "membership changed"),
-                        _ = assignment_rx.changed() => debug!("the assignment changed"),
+                        changed = assignment_changed(&mut assignment_rx, &target) => {
+                            if changed.is_err() {
+                                break;
+                            }
+                            debug!("the assignment changed");
+                        }
                     }
                 }
                 Err(Error::Zookeeper(e)) if crate::error::is_refusal(&e) => {
@@ -843,9 +850,28 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
     let _ = members.close().await;
 }
 
+/// Waits until the assignment the replica publishes (what it read from the server) differs from
+/// `target`, the one the last round left stored. Only publications after the last mark count; the
+/// replica reading back what the round wrote is no reason for another round.
+async fn assignment_changed(
+    rx: &mut watch::Receiver<Option<Assignment>>,
+    target: &Assignment,
+) -> std::result::Result<(), watch::error::RecvError> {
+    loop {
+        rx.changed().await?;
+        if rx.borrow_and_update().as_ref() != Some(target) {
+            return Ok(());
+        }
+    }
+}
+
 /// One round: watch the membership, compute the assignment, write it (fenced by the
-/// coordinator's term) if it differs from the stored one.
-async fn coordinate_once(shared: &Shared, term: &Leadership) -> Result<OneshotWatcher> {
+/// coordinator's term) if it differs from the stored one. Returns the membership watch and the
+/// assignment now stored.
+async fn coordinate_once(
+    shared: &Shared,
+    term: &Leadership,
+) -> Result<(OneshotWatcher, Assignment)> {
     use zookeeper_client::Error as Zk;
     let live = shared.session.live()?;
     if live.session_id != term.session_id() {
@@ -879,7 +905,7 @@ async fn coordinate_once(shared: &Shared, term: &Leadership) -> Result<OneshotWa
         members,
     };
     if current.as_ref() == Some(&target) {
-        return Ok(watcher);
+        return Ok((watcher, target));
     }
     let data = serde_json::to_vec(&target).map_err(|e| Error::InvalidArgument {
         what: "assignment",
@@ -892,7 +918,7 @@ async fn coordinate_once(shared: &Shared, term: &Leadership) -> Result<OneshotWa
     term.fenced([op]).await?;
     info!(moves = moves(&previous, &target.jobs), members = ?target.members, token = %term.token(),
         "wrote a new assignment");
-    Ok(watcher)
+    Ok((watcher, target))
 }
 
 /// Who leads each job now, read from the job paths.
