@@ -840,7 +840,7 @@ async fn list_for_participants(session: &Session, path: &str) -> Result<(Live, V
 }
 
 /// Reads the ids of the contenders among `children`, in election order.
-async fn read_participants(
+pub(crate) async fn read_participants(
     live: &Live,
     path: &str,
     children: &[String],

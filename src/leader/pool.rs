@@ -880,15 +880,18 @@ async fn coordinate_once(
         });
     }
     let members_path = path::join(&shared.root, MEMBERS);
-    let (_, watcher) = live.client.list_and_watch_children(&members_path).await?;
+    let (children, watcher) = live.client.list_and_watch_children(&members_path).await?;
+    // The assignment and the members' nodes are read in one round trip: every read is queued
+    // before the first is awaited.
+    let node = path::join(&shared.root, ASSIGNMENT);
+    let stored_read = live.client.get_data(&node);
     let mut members: Vec<String> = Vec::new();
-    for p in contender::participants(&shared.session, &members_path, LATCH_LOCK_NAME).await? {
+    for p in contender::read_participants(&live, &members_path, &children, LATCH_LOCK_NAME).await? {
         if !members.contains(&p.id) {
             members.push(p.id);
         }
     }
-    let node = path::join(&shared.root, ASSIGNMENT);
-    let stored = match live.client.get_data(&node).await {
+    let stored = match stored_read.await {
         Ok((data, _)) => Some(serde_json::from_slice::<Assignment>(&data).ok()),
         Err(Zk::NoNode) => None,
         Err(e) => return Err(e.into()),
