@@ -499,8 +499,21 @@ impl LeaderPool {
             .lock()
             .map(|mut t| std::mem::take(&mut *t))
             .unwrap_or_default();
+        // Each job's latch deletes its node as it closes; while disconnected that waits at most
+        // until the session is known to be gone, so this is bounded by about the session
+        // timeout. Say so when it takes longer than that and the connection timeout together.
+        let session = &self.shared.session;
+        let bound = session.connection_timeout()
+            + session
+                .negotiated_timeout()
+                .unwrap_or(crate::session::DEFAULT_SESSION_TIMEOUT);
         for task in tasks {
-            let _ = task.await;
+            if tokio::time::timeout(bound, task).await.is_err() {
+                warn!(
+                    ?bound,
+                    "a pool task did not stop in time; it goes on in the background"
+                );
+            }
         }
         Ok(())
     }
