@@ -242,7 +242,8 @@ impl LeaderLatch {
     /// # Errors
     /// [`Error::Closed`] when the latch is closed while waiting; [`Error::Refused`] when the
     /// server refused the latch's requests for good (no permission on the path, an ephemeral
-    /// election path, an ACL it rejects) and the latch stopped.
+    /// election path, an ACL it rejects) and the latch stopped; [`Error::SequenceExhausted`]
+    /// when the path's sequence counter has wrapped and the latch stopped.
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes; the latch stays in the election.
@@ -255,7 +256,7 @@ impl LeaderLatch {
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::Closed`] when the latch is closed; [`Error::Refused`] when
-    /// the server refused its node.
+    /// the server refused its node; [`Error::SequenceExhausted`] when the path's counter wrapped.
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.

@@ -160,8 +160,9 @@ pub enum SelectorState {
     Idle,
     /// Closed.
     Closed,
-    /// Stopped by itself: the server refused its requests for good ([`Error::Refused`], see
-    /// [`LeaderSelector::failure`]).
+    /// Stopped by itself: the server refused its requests for good ([`Error::Refused`]) or the
+    /// path's sequence counter wrapped ([`Error::SequenceExhausted`]); see
+    /// [`LeaderSelector::failure`].
     Failed,
 }
 
@@ -301,8 +302,8 @@ impl LeaderSelector {
     /// Waits until the selector leads and returns the term.
     ///
     /// # Errors
-    /// [`Error::Closed`] when the selector is closed; [`Error::Refused`] when the server refused
-    /// its requests for good and it stopped ([`SelectorState::Failed`]).
+    /// [`Error::Closed`] when the selector is closed; [`Error::Refused`] or
+    /// [`Error::SequenceExhausted`] when it stopped by itself ([`SelectorState::Failed`]).
     ///
     /// # Cancel safety
     /// Cancel safe: it only observes.

@@ -144,7 +144,8 @@ impl InterProcessMutex {
     /// # Errors
     /// [`Error::Closed`] when the session is closed while waiting; [`Error::Refused`] when the
     /// server refused the node for good (no permission on the lock path, an ephemeral lock path,
-    /// an ACL it rejects); [`Error::NoRuntime`].
+    /// an ACL it rejects); [`Error::SequenceExhausted`] when the lock path's sequence counter
+    /// has wrapped; [`Error::NoRuntime`].
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future withdraws from the queue and deletes the node, also when
