@@ -1348,24 +1348,21 @@ async fn connect_client(config: &Config) -> Result<Client> {
     // node exists, so creating a chroot that an operator provisioned under a parent closed to us
     // would be refused although nothing needs creating (and a read-only server refuses every
     // create).
-    let exists = client.check_stat(chroot).await?.is_some();
-    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    match if exists {
-        Ok(())
-    } else {
-        client.mkdir(chroot, &persistent).await
-    } {
-        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
-        // Without its chroot a session could make no node at all: no session then, and a
-        // refusal is what `connect` reports.
-        Err(e) if crate::error::is_refusal(&e) => {
-            return Err(Error::Refused {
-                operation: "create the chroot",
-                path: chroot.clone(),
-                source: e,
-            });
+    if client.check_stat(chroot).await?.is_none() {
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        match client.mkdir(chroot, &persistent).await {
+            Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+            // Without its chroot a session could make no node at all: no session then, and a
+            // refusal is what `connect` reports.
+            Err(e) if crate::error::is_refusal(&e) => {
+                return Err(Error::Refused {
+                    operation: "create the chroot",
+                    path: chroot.clone(),
+                    source: e,
+                });
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => return Err(e.into()),
     }
     client
         .chroot(chroot.clone())
