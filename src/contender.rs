@@ -36,7 +36,7 @@ use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
 use crate::path::{self, Standing};
-use crate::session::{HeldNode, Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
+use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// A participant in an election or a lock queue, as Curator's `Participant`.
@@ -357,6 +357,8 @@ fn report_state(shared: &Shared, status: &SessionStatus) {
 /// How the main loop ends.
 enum Exit {
     Closed,
+    /// Our node was deleted by someone else (only between `wait_behind` and `step`).
+    Gone,
     TermOver,
     /// Stopped for good: a refusal ([`Error::Refused`]) or an exhausted sequence counter.
     Failed(Error),
@@ -374,10 +376,11 @@ enum Step {
 async fn run(shared: Arc<Shared>) {
     let mut feed = StateFeed::new(&shared.session);
     let mut node: Option<OwnNode> = None;
+    let mut watch: Option<OwnWatch> = None;
     let mut listing: Option<Vec<String>> = None;
     let mut failures = 0u32;
     let exit = loop {
-        let step = step(&shared, &mut feed, &mut node, &mut listing).await;
+        let step = step(&shared, &mut feed, &mut node, &mut watch, &mut listing).await;
         match step {
             Step::Again => {
                 failures = 0;
@@ -410,11 +413,14 @@ async fn run(shared: Arc<Shared>) {
     if let Some(node) = node.take() {
         delete_own(&shared, &node).await;
     }
+    // Only now: a watch dropped before its node is deleted costs a request to remove it.
+    drop(watch);
     shared.node_tx.send_replace(None);
     match exit {
         Exit::Closed => debug!("contender closed"),
         Exit::TermOver => debug!("contender's term is over"),
         Exit::Failed(_) => debug!("contender stopped for good"),
+        Exit::Gone => debug!("contender's node is gone"),
     }
 }
 
@@ -423,6 +429,7 @@ async fn step(
     shared: &Shared,
     feed: &mut StateFeed,
     node: &mut Option<OwnNode>,
+    watch: &mut Option<OwnWatch>,
     listing: &mut Option<Vec<String>>,
 ) -> Step {
     let spec = &shared.spec;
@@ -435,12 +442,15 @@ async fn step(
         info!(node = %old.path, session_id = %hex(live.session_id), "new session: replacing our node of the earlier session");
         match live.client.delete(&old.path, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            // Keep it, and try again on the next pass: while the old session lives (a client
+            // handle the application still holds keeps it alive), the node stays in line ahead
+            // of everyone.
+            Err(e) if crate::session::is_transient(&e) => return Step::Again,
             Err(e) => {
-                debug!(node = %old.path, error = %e, "could not delete the earlier session's node")
+                warn!(node = %old.path, error = %e, "could not delete the earlier session's node; it ends with that session")
             }
         }
-        *node = None;
-        shared.node_tx.send_replace(None);
+        forget_node(shared, node, watch);
     }
     let own = match node.clone() {
         Some(own) => own,
@@ -469,6 +479,12 @@ async fn step(
                         czxid: created.czxid,
                     };
                     shared.node_tx.send_replace(Some(own.path.clone()));
+                    *watch = Some(watch_own(
+                        shared.session.clone(),
+                        own.path.clone(),
+                        created.epoch,
+                        created.session_id,
+                    ));
                     *node = Some(own.clone());
                     if path::sequence_of(&own.name, spec.lock_name).is_none() {
                         // A name we cannot order (the counter wrapped): it would be missing from
@@ -493,7 +509,7 @@ async fn step(
                 Ok(children) => children,
                 Err(zookeeper_client::Error::NoNode) => {
                     warn!(node = %own.path, "the recipe path is gone, and our node with it; joining again (CURATOR-724)");
-                    forget_node(shared, node);
+                    forget_node(shared, node, watch);
                     return Step::Again;
                 }
                 Err(e) => return on_error("list the children of", &spec.path, e.into()),
@@ -504,19 +520,28 @@ async fn step(
     match path::standing(&sorted, &own.name) {
         Standing::Missing => {
             warn!(node = %own.path, "our node is gone; joining again (CURATOR-724)");
-            forget_node(shared, node);
+            forget_node(shared, node, watch);
             Step::Again
         }
-        Standing::First => lead_if_owned(shared, feed, &live, &own, node).await,
+        Standing::First => lead_if_owned(shared, feed, &live, &own, node, watch).await,
         Standing::Behind {
             predecessor,
             position,
-        } => wait_behind(shared, feed, &live, &own, &predecessor, position).await,
+        } => {
+            let step = wait_behind(shared, feed, &live, &own, watch, &predecessor, position).await;
+            if let Step::Exit(Exit::Gone) = step {
+                warn!(node = %own.path, "our node was deleted by someone else while waiting; joining again (CURATOR-724)");
+                forget_node(shared, node, watch);
+                return Step::Again;
+            }
+            step
+        }
     }
 }
 
-fn forget_node(shared: &Shared, node: &mut Option<OwnNode>) {
+fn forget_node(shared: &Shared, node: &mut Option<OwnNode>, watch: &mut Option<OwnWatch>) {
     *node = None;
+    *watch = None;
     shared.node_tx.send_replace(None);
 }
 
@@ -568,6 +593,7 @@ async fn lead_if_owned(
     live: &Live,
     own: &OwnNode,
     node: &mut Option<OwnNode>,
+    watch: &mut Option<OwnWatch>,
 ) -> Step {
     let spec = &shared.spec;
     if own.epoch != live.epoch {
@@ -595,7 +621,6 @@ async fn lead_if_owned(
     {
         return Step::Again;
     }
-    let held = live.hold_node(&own.path);
     let term = Leadership::new(
         FencingToken::from_raw(own.czxid),
         own.path.clone(),
@@ -609,8 +634,7 @@ async fn lead_if_owned(
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
     shared.emit(ContenderEvent::Leader(term.clone()));
 
-    let end = hold(shared, feed, live, own, &held).await;
-    drop(held);
+    let end = hold(shared, feed, live, own, watch).await;
 
     term.end(end);
     shared.leadership_tx.send_replace(None);
@@ -630,7 +654,7 @@ async fn lead_if_owned(
         TermEnd::Closed => Step::Exit(Exit::TermOver),
         _ if spec.mode == TermMode::Once => Step::Exit(Exit::TermOver),
         TermEnd::NodeDeleted => {
-            forget_node(shared, node);
+            forget_node(shared, node, watch);
             Step::Again
         }
         TermEnd::Interrupted => Step::Exit(Exit::TermOver),
@@ -651,7 +675,7 @@ async fn hold(
     feed: &mut StateFeed,
     live: &Live,
     own: &OwnNode,
-    held: &HeldNode,
+    watch: &mut Option<OwnWatch>,
 ) -> TermEnd {
     let policy = shared.spec.policy;
     loop {
@@ -685,8 +709,8 @@ async fn hold(
                     _ => {}
                 }
             }
-            _ = held.gone().cancelled() => {
-                warn!(node = %own.path, "our node was deleted by someone else (CURATOR-724)");
+            () = own_node_gone(watch) => {
+                warn!(node = %own.path, token = own.czxid, "our node was deleted by someone else (CURATOR-724)");
                 return TermEnd::NodeDeleted;
             }
         }
@@ -720,6 +744,7 @@ async fn wait_behind(
     feed: &mut StateFeed,
     live: &Live,
     own: &OwnNode,
+    watch: &mut Option<OwnWatch>,
     predecessor: &str,
     position: usize,
 ) -> Step {
@@ -727,6 +752,10 @@ async fn wait_behind(
     // is set (CURATOR-652/653).
     shared.phase_tx.send_replace(Phase::Waiting { position });
     let predecessor_path = path::join(&shared.spec.path, predecessor);
+    // Our node's watch goes out in the same write as the predecessor's.
+    if own_watch_fired(watch) {
+        return Step::Exit(Exit::Gone);
+    }
     let watcher = match live.client.get_and_watch_data(&predecessor_path).await {
         Ok((_, stat, watcher)) => {
             if stat.ephemeral_owner == 0 {
@@ -745,15 +774,16 @@ async fn wait_behind(
         Err(e) => return on_error("watch", &predecessor_path, e.into()),
     };
     debug!(node = %own.path, predecessor = %predecessor_path, position, "waiting behind predecessor");
-    let mut watch = Box::pin(watcher.changed());
+    let mut predecessor_watch = Box::pin(watcher.changed());
     loop {
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return Step::Exit(Exit::Closed),
-            event = &mut watch => {
+            event = &mut predecessor_watch => {
                 debug!(predecessor = %predecessor_path, event = ?event.event_type, "predecessor event");
                 return Step::Again;
             }
+            () = own_node_gone(watch) => return Step::Exit(Exit::Gone),
             status = feed.next(shared) => {
                 // The watch survives a reconnect within the session (the client re-registers it
                 // and the server replays what was missed). A new session or a loss: start over.
@@ -763,6 +793,88 @@ async fn wait_behind(
                 }
             }
         }
+    }
+}
+
+/// Completes when our node is deleted or no longer ours: the one watch a contender keeps on its
+/// own node, for as long as the node lives.
+type OwnWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Watches our node `path` of session `epoch` (id `session_id`) and completes when it is deleted,
+/// found missing or owned by another session. The watch request goes out on the first poll, in
+/// the same write as whatever the contender sends next, so it costs no round trip of its own on
+/// the way to leadership; a term that starts before it is answered still ends at once if the
+/// answer shows the node gone. The watch survives reconnects (the client re-registers it, and
+/// the server fires it if the node went meanwhile); when the session ends it never completes,
+/// and the session's own `Lost` ends the term instead.
+fn watch_own(session: Session, path: String, epoch: u64, session_id: i64) -> OwnWatch {
+    Box::pin(async move {
+        loop {
+            let Some(live) = session.live_for(epoch) else {
+                return std::future::pending().await;
+            };
+            match live.client.check_and_watch_stat(&path).await {
+                Ok((Some(stat), watcher)) if stat.ephemeral_owner == session_id => {
+                    let event = watcher.changed().await;
+                    match event.event_type {
+                        zookeeper_client::EventType::NodeDeleted => return,
+                        zookeeper_client::EventType::Session => {
+                            return std::future::pending().await;
+                        }
+                        // Someone wrote to it: watch again.
+                        _ => {
+                            debug!(node = %path, event = ?event.event_type, "our node changed; watching it again")
+                        }
+                    }
+                }
+                Ok(_) => return,
+                Err(e) if crate::session::is_transient(&e) => {
+                    // Interrupted before the watch was set: again once this session is back.
+                    let mut status = session.watch_status();
+                    let back = status
+                        .wait_for(|s| {
+                            s.closed
+                                || s.epoch != epoch
+                                || s.state.is_some_and(ConnectionState::is_connected)
+                        })
+                        .await
+                        .map(|s| !s.closed && s.epoch == epoch);
+                    if !matches!(back, Ok(true)) {
+                        return std::future::pending().await;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    warn!(node = %path, error = %e, "could not watch our node");
+                    return std::future::pending().await;
+                }
+            }
+        }
+    })
+}
+
+/// Polls the watch on our node once, which sends its request if it has not gone out yet; whether
+/// it has already fired (the watch is used up then).
+fn own_watch_fired(watch: &mut Option<OwnWatch>) -> bool {
+    use futures::FutureExt;
+    let fired = watch
+        .as_mut()
+        .is_some_and(|w| w.as_mut().now_or_never().is_some());
+    if fired {
+        *watch = None;
+    }
+    fired
+}
+
+/// Completes when the watch on our node fires (never when there is none); the watch is used up
+/// then. Cancel safe: the watch's progress lives in the box.
+async fn own_node_gone(watch: &mut Option<OwnWatch>) {
+    match watch {
+        Some(fired) => {
+            fired.as_mut().await;
+            *watch = None;
+        }
+        None => std::future::pending().await,
     }
 }
 

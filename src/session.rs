@@ -86,6 +86,7 @@ pub struct SessionBuilder {
     digest: Option<(String, String)>,
     read_only: bool,
     lease_margin: Option<Duration>,
+    server_tick_time: Option<Duration>,
     jute_max_buffer: usize,
 }
 
@@ -128,6 +129,22 @@ impl SessionBuilder {
     /// (default 1/20 of the negotiated timeout, at least 10 ms).
     pub fn lease_margin(mut self, margin: Duration) -> Self {
         self.lease_margin = Some(margin);
+        self
+    }
+
+    /// The servers' `tickTime` (default: ZooKeeper's default of 2 s, but at most a third of the
+    /// negotiated session timeout).
+    ///
+    /// In an ensemble only the quorum leader expires sessions, and a follower passes the sessions
+    /// it has heard from to the leader only in its replies to the leader's pings, every half
+    /// tick. So the session can prove a heartbeat reached the quorum only about a tick and a
+    /// half after sending it, and its deadline ([`Session::safe_until`]) trails the timeout by
+    /// that much (see the deadline section of `recipes/leader-latch.md`). Set this when the
+    /// servers run a tick larger than the default assumes; a larger value is always safe, a
+    /// smaller one than the servers' is not. A session timeout shorter than about four ticks
+    /// leaves too little room, and the session is lost at every hiccup (a warning says so).
+    pub fn server_tick_time(mut self, tick: Duration) -> Self {
+        self.server_tick_time = Some(tick);
         self
     }
 
@@ -178,6 +195,12 @@ impl SessionBuilder {
                 reason: "must be non-empty and must not contain ':'".into(),
             });
         }
+        if self.server_tick_time.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidArgument {
+                what: "server tick time",
+                reason: "must be greater than zero".into(),
+            });
+        }
         if self.jute_max_buffer == 0 {
             return Err(Error::InvalidArgument {
                 what: "jute.maxbuffer",
@@ -192,6 +215,7 @@ impl SessionBuilder {
             digest: self.digest,
             read_only: self.read_only,
             lease_margin: self.lease_margin,
+            server_tick_time: self.server_tick_time,
             jute_max_buffer: self.jute_max_buffer,
         })
     }
@@ -263,6 +287,7 @@ struct Config {
     digest: Option<(String, String)>,
     read_only: bool,
     lease_margin: Option<Duration>,
+    server_tick_time: Option<Duration>,
     jute_max_buffer: usize,
 }
 
@@ -341,7 +366,6 @@ pub(crate) struct Live {
     pub(crate) epoch: u64,
     pub(crate) session_id: i64,
     lease: Arc<Lease>,
-    held: Arc<HeldNodes>,
 }
 
 impl Live {
@@ -354,77 +378,6 @@ impl Live {
     /// looking the session up (it is marked lost when the session ends).
     pub(crate) fn lease(&self) -> Arc<Lease> {
         Arc::clone(&self.lease)
-    }
-
-    /// Has the session's heartbeat check that `path` (a node of this session) still exists and
-    /// belongs to this session, until the returned guard is dropped. Its
-    /// [`gone`](HeldNode::gone) token fires when a heartbeat finds the node deleted or owned by
-    /// another session.
-    pub(crate) fn hold_node(&self, path: &str) -> HeldNode {
-        self.held.register(path)
-    }
-}
-
-/// The nodes of the terms running on one ZooKeeper session, which its heartbeat checks.
-///
-/// A term must learn when someone else deletes its node (CURATOR-724). A watch on the node would
-/// cost a request at every claim (and a RemoveWatches at every release); the session sends a
-/// heartbeat every eighth of its timeout anyway, so the heartbeat asks about these nodes
-/// instead of about `/`. The node's deletion is then noticed within one heartbeat interval, at
-/// no cost in requests.
-#[derive(Default)]
-pub(crate) struct HeldNodes {
-    next_id: std::sync::atomic::AtomicU64,
-    nodes: Mutex<Vec<(u64, String, CancellationToken)>>,
-}
-
-impl HeldNodes {
-    fn register(self: &Arc<Self>, path: &str) -> HeldNode {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let gone = CancellationToken::new();
-        if let Ok(mut nodes) = self.nodes.lock() {
-            nodes.push((id, path.to_owned(), gone.clone()));
-        }
-        HeldNode {
-            id,
-            registry: Arc::clone(self),
-            gone,
-        }
-    }
-
-    /// The nodes to check now, with the token to fire for each.
-    fn snapshot(&self) -> Vec<(String, CancellationToken)> {
-        self.nodes
-            .lock()
-            .map(|nodes| {
-                nodes
-                    .iter()
-                    .map(|(_, path, gone)| (path.clone(), gone.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-}
-
-/// A node checked by its session's heartbeat while this guard lives.
-pub(crate) struct HeldNode {
-    id: u64,
-    registry: Arc<HeldNodes>,
-    gone: CancellationToken,
-}
-
-impl HeldNode {
-    /// Fires when a heartbeat finds the node deleted or owned by another session.
-    pub(crate) fn gone(&self) -> &CancellationToken {
-        &self.gone
-    }
-}
-
-impl Drop for HeldNode {
-    fn drop(&mut self) {
-        if let Ok(mut nodes) = self.registry.nodes.lock() {
-            nodes.retain(|(id, _, _)| *id != self.id);
-        }
     }
 }
 
@@ -493,8 +446,9 @@ pub(crate) fn default_margin(timeout: Duration) -> Duration {
         .min(timeout / 2)
 }
 
-/// `acked + timeout - margin`: until then the server cannot have expired the session, because it
-/// heard from us no earlier than `acked` and expires a session only after `timeout` of silence.
+/// `acked + timeout - margin`: until then the server cannot have expired the session, because
+/// the quorum leader heard of it no earlier than `acked` and expires a session only after
+/// `timeout` of silence.
 pub(crate) fn lease_deadline(acked: Instant, timeout: Duration, margin: Duration) -> Instant {
     acked + timeout.saturating_sub(margin)
 }
@@ -502,6 +456,71 @@ pub(crate) fn lease_deadline(acked: Instant, timeout: Duration, margin: Duration
 /// How often the session proves itself alive.
 pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
     (timeout / HEARTBEATS_PER_TIMEOUT).max(Duration::from_millis(5))
+}
+
+/// ZooKeeper's default `tickTime`.
+const DEFAULT_SERVER_TICK: Duration = Duration::from_secs(2);
+
+/// The servers' tick as the session assumes it: the configured one; else ZooKeeper's default,
+/// but at most a third of the negotiated timeout (a server whose tick is larger than that
+/// leaves a lease too short to keep, see [`SessionBuilder::server_tick_time`]).
+pub(crate) fn assumed_tick(configured: Option<Duration>, timeout: Duration) -> Duration {
+    configured.unwrap_or_else(|| DEFAULT_SERVER_TICK.min(timeout / 3))
+}
+
+/// How long after a heartbeat was answered a later one must have been sent for the later one's
+/// answer to prove that the first one's touch reached the quorum leader: a tick and a half.
+///
+/// Half a tick is the leader's ping period (a follower relays the sessions it heard from in its
+/// next ping reply, on the same connection that later carries our `sync` to the leader), half a
+/// tick more allows for late pings, and the last half covers a leader that has lost its quorum
+/// but has not yet stepped down: it keeps answering for up to a tick and a half longer than its
+/// followers take to leave it. The argument is in `recipes/leader-latch.md`, "The deadline".
+pub(crate) fn relay_allowance(tick: Duration) -> Duration {
+    tick * 3 / 2
+}
+
+/// The answered heartbeats of one session, kept until a later answer proves that they reached
+/// the quorum leader.
+///
+/// A heartbeat is a `sync`, which a follower cannot answer without its leader. An answer to
+/// heartbeat `k` proves that the server's link to the quorum leader carried `k` to the leader;
+/// that same link carried, before it, the server's ping reply with our session's touch from
+/// every heartbeat `j` it had answered at least [`relay_allowance`] before `k` was sent. So the
+/// leader heard of the session no earlier than `j`'s send time.
+#[derive(Debug, Default)]
+pub(crate) struct QuorumProof {
+    /// `(sent, answered)` of heartbeats not yet proven, oldest first.
+    answered: std::collections::VecDeque<(Instant, Instant)>,
+}
+
+/// How many unproven heartbeats are kept at most (a few relay allowances' worth).
+const MAX_UNPROVEN: usize = 64;
+
+impl QuorumProof {
+    /// Records that a heartbeat sent at `sent` was answered at `answered`; returns the send time
+    /// of the newest earlier heartbeat that this answer proves reached the quorum leader.
+    pub(crate) fn record(
+        &mut self,
+        sent: Instant,
+        answered: Instant,
+        relay: Duration,
+    ) -> Option<Instant> {
+        let proven = self
+            .answered
+            .iter()
+            .filter(|(_, at)| *at + relay <= sent)
+            .map(|(s, _)| *s)
+            .max();
+        if let Some(proven) = proven {
+            self.answered.retain(|(s, _)| *s > proven);
+        }
+        if self.answered.len() >= MAX_UNPROVEN {
+            self.answered.pop_front();
+        }
+        self.answered.push_back((sent, answered));
+        proven
+    }
 }
 
 impl Session {
@@ -518,6 +537,7 @@ impl Session {
             digest: None,
             read_only: false,
             lease_margin: None,
+            server_tick_time: None,
             jute_max_buffer: DEFAULT_JUTE_MAX_BUFFER,
         }
     }
@@ -803,38 +823,53 @@ impl Session {
             }
             let live = self.wait_live(self.connection_timeout()).await?;
             if maybe_created {
-                match self.find_protected(&live, parent, prefix).await {
-                    Ok(Some((name, stat))) if stat.ephemeral_owner == live.session_id => {
-                        debug!(parent, node = %name, "adopted protected node after a lost create reply");
-                        let children = if list {
-                            live.client.list_children(parent).await.ok()
-                        } else {
-                            None
-                        };
-                        let sequence = path::sequence_of(&name, lock_name).unwrap_or_default();
-                        return Ok(CreatedNode {
-                            path: path::join(parent, &name),
-                            name,
-                            czxid: stat.czxid,
-                            sequence,
-                            epoch: live.epoch,
-                            session_id: live.session_id,
-                            children,
-                        });
-                    }
-                    Ok(Some((name, stat))) => {
-                        warn!(parent, node = %name, owner = %hex(stat.ephemeral_owner),
-                            "found our protected node owned by an earlier session; deleting it (CURATOR-498)");
-                        let target = path::join(parent, &name);
-                        match live.client.delete(&target, None).await {
-                            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-                            Err(e) if is_transient(&e) => continue,
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    Ok(None) => {}
+                let found = match self.find_protected(&live, parent, prefix).await {
+                    Ok(found) => found,
                     Err(e) if is_transient(&e) => continue,
                     Err(e) => return Err(e.into()),
+                };
+                // Ours: made on this session. Keep the first, delete every other node with our
+                // prefix (a second create that also succeeded, or a node of an earlier session,
+                // CURATOR-498) so that none stays in line behind our back.
+                let adopt = found
+                    .iter()
+                    .position(|(_, stat)| stat.ephemeral_owner == live.session_id);
+                let mut interrupted = false;
+                for (i, (name, stat)) in found.iter().enumerate() {
+                    if Some(i) == adopt {
+                        continue;
+                    }
+                    warn!(parent, node = %name, owner = %hex(stat.ephemeral_owner),
+                        "deleting a second node of our protected create (an earlier attempt's, or an earlier session's: CURATOR-498)");
+                    match live.client.delete(&path::join(parent, name), None).await {
+                        Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                        Err(e) if is_transient(&e) => {
+                            interrupted = true;
+                            break;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                if interrupted {
+                    continue;
+                }
+                if let Some((name, stat)) = adopt.and_then(|i| found.into_iter().nth(i)) {
+                    debug!(parent, node = %name, "adopted protected node after a lost create reply");
+                    let children = if list {
+                        live.client.list_children(parent).await.ok()
+                    } else {
+                        None
+                    };
+                    let sequence = path::sequence_of(&name, lock_name).unwrap_or_default();
+                    return Ok(CreatedNode {
+                        path: path::join(parent, &name),
+                        name,
+                        czxid: stat.czxid,
+                        sequence,
+                        epoch: live.epoch,
+                        session_id: live.session_id,
+                        children,
+                    });
                 }
             }
             let create = live.client.create(&node_prefix, data, &ephemeral);
@@ -883,24 +918,38 @@ impl Session {
         }
     }
 
+    /// The children of `parent` that carry `prefix`, in sequence order, with their stats. A
+    /// `sync` goes first, in the same round trip: a server that lags behind the leader could
+    /// otherwise hide a node that an earlier attempt made.
     async fn find_protected(
         &self,
         live: &Live,
         parent: &str,
         prefix: &str,
-    ) -> std::result::Result<Option<(String, zookeeper_client::Stat)>, zookeeper_client::Error>
-    {
-        let children = match live.client.list_children(parent).await {
+    ) -> std::result::Result<Vec<(String, zookeeper_client::Stat)>, zookeeper_client::Error> {
+        let sync = live.client.sync(parent);
+        let listing = live.client.list_children(parent);
+        let children = match sync.await.and(listing.await) {
             Ok(c) => c,
-            Err(zookeeper_client::Error::NoNode) => return Ok(None),
+            Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
-            if let Some(stat) = live.client.check_stat(&path::join(parent, &name)).await? {
-                return Ok(Some((name, stat)));
+        let mut ours: Vec<String> = children
+            .into_iter()
+            .filter(|c| c.starts_with(prefix))
+            .collect();
+        ours.sort();
+        let stats: Vec<_> = ours
+            .iter()
+            .map(|name| live.client.check_stat(&path::join(parent, name)))
+            .collect();
+        let mut found = Vec::with_capacity(ours.len());
+        for (name, stat) in ours.into_iter().zip(stats) {
+            if let Some(stat) = stat.await? {
+                found.push((name, stat));
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// Deletes every child of `parent` that carries `prefix`, on the current session, waiting
@@ -937,7 +986,10 @@ impl Session {
         parent: &str,
         prefix: &str,
     ) -> std::result::Result<(), zookeeper_client::Error> {
-        let children = match live.client.list_children(parent).await {
+        // After a `sync`, in the same round trip: a lagging server could hide the node.
+        let sync = live.client.sync(parent);
+        let listing = live.client.list_children(parent);
+        let children = match sync.await.and(listing.await) {
             Ok(children) => children,
             Err(zookeeper_client::Error::NoNode) => return Ok(()),
             Err(e) => return Err(e),
@@ -1100,7 +1152,8 @@ enum EndOfSession {
     Lost,
 }
 
-type Heartbeat = Pin<Box<dyn std::future::Future<Output = (Instant, bool)> + Send>>;
+/// A heartbeat's send time and, when it was answered, the answer's time.
+type Heartbeat = Pin<Box<dyn std::future::Future<Output = (Instant, Option<Instant>)> + Send>>;
 
 /// The session's one background task: connects, watches, proves the session alive, starts a new
 /// session after loss. All state changes go through `publish`.
@@ -1148,7 +1201,6 @@ async fn supervise(shared: Arc<Shared>) {
             epoch,
             session_id,
             lease: Arc::clone(&lease),
-            held: Arc::default(),
         };
         if let Ok(mut current) = shared.current.write() {
             *current = Some(live.clone());
@@ -1180,10 +1232,12 @@ async fn supervise(shared: Arc<Shared>) {
                 return;
             }
             EndOfSession::Lost => {
-                // Retire the client. If it ever reaches a server again while its session is
-                // still alive there, it closes that session (deleting its ephemeral nodes)
-                // because no handle to it remains.
+                // Retire the client, and end its session on the servers: a clone of the client
+                // that the application still holds (`Session::client()`) would otherwise keep
+                // that session, and its nodes, alive.
+                let info = client.session().clone();
                 drop(client);
+                tokio::spawn(retire(shared.config.hosts.clone(), info, timeout));
             }
         }
     }
@@ -1211,7 +1265,19 @@ fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
 async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>) -> EndOfSession {
     let client = &live.client;
     let mut watcher = client.state_watcher();
-    let interval = heartbeat_interval(live.lease.timeout);
+    let timeout = live.lease.timeout;
+    let interval = heartbeat_interval(timeout);
+    let relay = relay_allowance(assumed_tick(shared.config.server_tick_time, timeout));
+    let headroom = timeout
+        .saturating_sub(live.lease.margin)
+        .saturating_sub(relay)
+        .saturating_sub(interval);
+    if headroom < interval * 2 {
+        warn!(session_id = %hex(live.session_id), timeout_ms = timeout.as_millis() as u64,
+            relay_ms = relay.as_millis() as u64,
+            "the session timeout leaves almost no lease once a heartbeat's way to the quorum leader is allowed for: the session will be lost at every hiccup; use a timeout of at least four server ticks");
+    }
+    let mut proof = QuorumProof::default();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
@@ -1227,13 +1293,21 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
                     continue;
                 }
                 warn!(session_id = %hex(live.session_id),
-                    silent_ms = live.lease.acked().elapsed().as_millis() as u64,
-                    "no answer from ZooKeeper within the session timeout: session lost");
+                    unproven_ms = live.lease.acked().elapsed().as_millis() as u64,
+                    "the quorum cannot be shown to have heard from this session within its timeout: session lost");
                 ClientSignal::DeadlinePassed
             }
             zk = watcher.changed() => {
                 debug!(session_id = %hex(live.session_id), zk_state = %zk, "client state changed");
                 match zk {
+                    SessionState::SyncConnected if client.session_id().0 != live.session_id => {
+                        // A client that started on a read-only server opens a brand-new session
+                        // when it finds a writable one. That is not the session we track (its
+                        // nodes, its lease): end ours, and start over with a client of our own.
+                        warn!(session_id = %hex(live.session_id), new_session_id = %hex(client.session_id().0),
+                            "the client left its read-only session for a new one; starting over with a new session");
+                        ClientSignal::Terminated
+                    }
                     SessionState::SyncConnected => {
                         heartbeats.push(heartbeat(live));
                         ClientSignal::Connected
@@ -1243,9 +1317,9 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
                     _ => ClientSignal::Terminated,
                 }
             }
-            Some((sent, ok)) = heartbeats.next(), if !heartbeats.is_empty() => {
-                if ok {
-                    live.lease.advance(sent);
+            Some((sent, answered)) = heartbeats.next(), if !heartbeats.is_empty() => {
+                if let Some(proven) = answered.and_then(|at| proof.record(sent, at, relay)) {
+                    live.lease.advance(proven);
                 }
                 continue;
             }
@@ -1269,37 +1343,21 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
     }
 }
 
-/// Sends one cheap request per node held by a term on this session (all queued at once: one
-/// round trip), or one `exists /` when no term runs; yields the send time and whether any
-/// answer came. A held node found deleted, or owned by another session, fires its `gone` token.
+/// One heartbeat: a `sync`, which only a server in touch with the quorum leader can answer (a
+/// follower forwards it to the leader). Yields its send time and when it was answered. One
+/// request per heartbeat, whatever the number of terms the session holds: each term watches
+/// its own node instead.
 fn heartbeat(live: &Live) -> Heartbeat {
     let sent = Instant::now();
     let client = live.client.clone();
-    let session_id = live.session_id;
-    let held = live.held.snapshot();
     Box::pin(async move {
-        if held.is_empty() {
-            return (sent, client.check_stat("/").await.is_ok());
-        }
-        let checks: Vec<_> = held
-            .iter()
-            .map(|(path, _)| client.check_stat(path))
-            .collect();
-        let mut answered = false;
-        for ((path, gone), check) in held.iter().zip(checks) {
-            match check.await {
-                Ok(Some(stat)) if stat.ephemeral_owner == session_id => answered = true,
-                Ok(stat) => {
-                    answered = true;
-                    warn!(node = %path, session_id = %hex(session_id),
-                        owner = %stat.map(|s| hex(s.ephemeral_owner)).unwrap_or_default(),
-                        "a held node is gone or no longer ours");
-                    gone.cancel();
-                }
-                Err(e) => debug!(node = %path, error = %e, "heartbeat check failed"),
+        match client.sync("/").await {
+            Ok(()) => (sent, Some(Instant::now())),
+            Err(e) => {
+                debug!(error = %e, "heartbeat failed");
+                (sent, None)
             }
         }
-        (sent, answered)
     })
 }
 
@@ -1370,6 +1428,39 @@ async fn connect_client(config: &Config) -> Result<Client> {
             path: chroot.clone(),
             reason: "the client refused this chroot",
         })
+}
+
+/// Ends a retired ZooKeeper session on the servers, from a twin client that takes the session
+/// over and closes it. Gives up once the servers say the session is gone, or after a few session
+/// timeouts: by then a session that nobody else keeps alive has expired anyway.
+async fn retire(hosts: String, info: SessionInfo, timeout: Duration) {
+    let id = hex(info.id().0);
+    let give_up = Instant::now() + (timeout * 4).max(Duration::from_secs(30));
+    let mut failures = 0u32;
+    while Instant::now() < give_up {
+        let twin = Client::connector()
+            .with_session(info.clone())
+            .with_session_timeout(timeout)
+            .connect(&hosts);
+        match tokio::time::timeout(timeout, twin).await {
+            Ok(Ok(twin)) => {
+                close_client(twin, timeout).await;
+                info!(session_id = %id, "closed the retired session on the servers");
+                return;
+            }
+            Ok(Err(zookeeper_client::Error::SessionExpired)) => {
+                debug!(session_id = %id, "the retired session is gone from the servers");
+                return;
+            }
+            Ok(Err(e)) => {
+                debug!(session_id = %id, error = %e, "could not reach the retired session yet")
+            }
+            Err(_) => debug!(session_id = %id, "could not reach the retired session yet"),
+        }
+        failures = failures.saturating_add(1);
+        tokio::time::sleep(retry_backoff(failures, MAX_RECONNECT_PAUSE)).await;
+    }
+    warn!(session_id = %id, "could not close the retired session; it ends when the servers expire it");
 }
 
 /// Drops the last handle of `client` (which makes it send CloseSession) and waits, bounded, for
@@ -1446,23 +1537,68 @@ mod tests {
     }
 
     #[test]
-    fn held_nodes_are_checked_only_while_their_guard_lives() {
-        let held = Arc::new(HeldNodes::default());
-        let a = held.register("/e/_c_a-latch-0000000001");
-        let b = held.register("/e/_c_b-latch-0000000002");
-        let paths = |h: &HeldNodes| h.snapshot().into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+    fn an_answer_proves_only_heartbeats_answered_a_relay_allowance_before_it_was_sent() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let relay = Duration::from_millis(750);
+        let mut proof = QuorumProof::default();
+        // Heartbeats every 250 ms, each answered 5 ms later.
+        assert_eq!(proof.record(ms(0), ms(5), relay), None);
+        assert_eq!(proof.record(ms(250), ms(255), relay), None);
+        assert_eq!(proof.record(ms(500), ms(505), relay), None);
+        // Sent 745 ms after the first answer: not yet enough.
+        assert_eq!(proof.record(ms(750), ms(755), relay), None);
+        // Sent 755 ms after it: proves the first, and only the first.
+        assert_eq!(proof.record(ms(760), ms(765), relay), Some(ms(0)));
+        // Later answers prove the newest heartbeat they can, never an older one again.
+        assert_eq!(proof.record(ms(1010), ms(1015), relay), Some(ms(250)));
+        assert_eq!(proof.record(ms(1600), ms(1605), relay), Some(ms(760)));
+    }
+
+    #[test]
+    fn answers_out_of_order_prove_nothing_they_cannot() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let relay = Duration::from_millis(300);
+        let mut proof = QuorumProof::default();
+        // A heartbeat sent before another's answer proves nothing about it, whatever the order
+        // in which their answers arrive.
+        assert_eq!(proof.record(ms(100), ms(900), relay), None);
+        assert_eq!(proof.record(ms(0), ms(950), relay), None);
+        assert_eq!(proof.record(ms(1190), ms(1195), relay), None);
+        assert_eq!(proof.record(ms(1260), ms(1270), relay), Some(ms(100)));
+    }
+
+    #[test]
+    fn unproven_heartbeats_are_bounded() {
+        let t0 = Instant::now();
+        let mut proof = QuorumProof::default();
+        let relay = Duration::from_secs(3600);
+        for i in 0..1000 {
+            let at = t0 + Duration::from_millis(i);
+            assert_eq!(proof.record(at, at, relay), None);
+        }
+        assert!(proof.answered.len() <= MAX_UNPROVEN);
+    }
+
+    #[test]
+    fn the_assumed_tick_is_the_configured_one_else_zookeepers_default_within_a_third() {
         assert_eq!(
-            paths(&held),
-            ["/e/_c_a-latch-0000000001", "/e/_c_b-latch-0000000002"]
+            assumed_tick(Some(Duration::from_millis(500)), Duration::from_secs(2)),
+            Duration::from_millis(500)
         );
-        // The heartbeat fires the token it was handed; the guard sees it.
-        held.snapshot()[0].1.cancel();
-        assert!(a.gone().is_cancelled());
-        assert!(!b.gone().is_cancelled());
-        drop(a);
-        assert_eq!(paths(&held), ["/e/_c_b-latch-0000000002"]);
-        drop(b);
-        assert!(held.snapshot().is_empty());
+        assert_eq!(
+            assumed_tick(None, Duration::from_secs(60)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            assumed_tick(None, Duration::from_secs(3)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            relay_allowance(Duration::from_millis(500)),
+            Duration::from_millis(750)
+        );
     }
 
     #[test]
@@ -1524,6 +1660,13 @@ mod tests {
             bad(Session::builder("a:1").digest_auth("", "p")),
             Some(Error::InvalidArgument {
                 what: "digest user",
+                ..
+            })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").server_tick_time(Duration::ZERO)),
+            Some(Error::InvalidArgument {
+                what: "server tick time",
                 ..
             })
         ));

@@ -717,11 +717,11 @@ async fn with_fifty_candidates_a_release_wakes_only_the_successor() {
     within(BOUND, "c00 to lead", latches[0].await_leadership())
         .await
         .unwrap();
-    // Everyone is settled: each follower watches exactly its predecessor; the leader watches
-    // nothing (the session's heartbeat checks its node).
-    eventually(BOUND, "one watch per follower", || async {
+    // Everyone is settled: each contender watches its own node, and each follower exactly its
+    // predecessor as well.
+    eventually(BOUND, "one watch per node and one per follower", || async {
         let w = total_watches(&server.four_letter_word("wchs").await.unwrap());
-        (w == n - 1).then_some(())
+        (w == 2 * n - 1).then_some(())
     })
     .await;
 
@@ -745,10 +745,12 @@ async fn with_fifty_candidates_a_release_wakes_only_the_successor() {
         .await
         .unwrap();
         let elapsed = started.elapsed();
-        // The fired watch is gone and no new one was set.
+        // The fired watches (the leader's on its own node, the successor's on it) are gone and
+        // no new one was set.
+        let left = n - round - 1;
         eventually(BOUND, "watches to settle", || async {
             let w = total_watches(&server.four_letter_word("wchs").await.unwrap());
-            (w == n - round - 2).then_some(())
+            (w == 2 * left - 1).then_some(())
         })
         .await;
         let after = packets(&server.mntr().await.unwrap());
