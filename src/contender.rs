@@ -15,8 +15,10 @@
 //!   deleting after expiry once made two leaders): every node is tagged with the session that
 //!   created it, a node of an earlier session is replaced first, and the listing that shows ours
 //!   first is answered on that same session, so no read of our own node is needed;
-//! - a leader does not watch its own node: the session's heartbeat checks it (CURATOR-724, at no
-//!   extra request), so a handover costs the leader's delete and the successor's one listing;
+//! - every contender keeps one watch on its own node, set in the same write as its first
+//!   predecessor watch: a node deleted by someone else ends the term, or sends a waiter back into
+//!   line, at once (CURATOR-724); the release's own delete uses the watch up, so a handover still
+//!   costs the leader's delete and the successor's one listing;
 //! - our node, or the whole recipe path, vanished: create the node again (CURATOR-724);
 //! - after a new session, the old node is deleted (if it still exists) and a new one created,
 //!   which gives a new, higher fencing token;
@@ -585,8 +587,8 @@ async fn wait_writable(shared: &Shared, feed: &mut StateFeed) -> Option<Live> {
 /// after checking its owner) on the client of session `own.epoch`, `step` only gets here when
 /// that is the live session, and the listing that shows the node first was answered on that same
 /// session, so the node was alive and ours when the server answered. Its token is the czxid the
-/// create returned. Someone else deleting it later is noticed by the session's heartbeat
-/// ([`Live::hold_node`]).
+/// create returned. Someone else deleting it later fires the watch on our own node
+/// ([`watch_own`]).
 async fn lead_if_owned(
     shared: &Shared,
     feed: &mut StateFeed,

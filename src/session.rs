@@ -9,13 +9,16 @@
 //!   `Lost`, `ReadOnly`, published through a [`tokio::sync::watch`] ([`Session::watch_status`])
 //!   and a [`Stream`] ([`Session::state_changes`]), each change logged with `tracing`.
 //! - **Lost by deadline.** The client only declares a session expired once the server says so
-//!   (or, by itself, after about 7/5 of the timeout). The server may expire the session as soon as
-//!   it has not heard from us for the negotiated timeout. So the session sends a cheap request of
-//!   its own every eighth of the timeout and remembers the *send time* of the last one that was
-//!   answered. The session can prove itself alive until that instant plus the timeout (minus a
-//!   small margin): [`Session::safe_until`]. When that deadline passes without a newer answer, the
-//!   session reports `Lost`, as Curator's "simulated session expiration" does, retires the client
-//!   and starts a new ZooKeeper session.
+//!   (or, by itself, after about 7/5 of the timeout). The quorum leader may expire the session as
+//!   soon as it has not heard of us for the negotiated timeout, and a follower cut off from it
+//!   keeps answering us meanwhile. So the session sends a `sync` every eighth of the timeout (a
+//!   follower cannot answer one without its leader) and advances its lease to the *send time* of
+//!   a heartbeat only once a later `sync` proves that the heartbeat's touch reached the leader
+//!   (see "The deadline" in the latch's spec, and [`SessionBuilder::server_tick_time`]). The
+//!   session can prove itself alive until that instant plus the timeout (minus a small margin):
+//!   [`Session::safe_until`]. When that deadline passes without a newer proof, the session
+//!   reports `Lost`, as Curator's "simulated session expiration" does, retires the client, closes
+//!   its session on the servers, and starts a new ZooKeeper session.
 //! - **A new session after loss**, reported as `Reconnected` with [`SessionStatus::new_session`]
 //!   set and a higher [`SessionStatus::epoch`], so recipes know to re-create their nodes. A holder
 //!   of the session never rebuilds it. Attempts to start one follow each other at most a second

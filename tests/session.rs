@@ -475,3 +475,92 @@ async fn state_changes_begin_after_the_state_already_visible() {
         );
     }
 }
+
+/// A session lost by its own deadline while the application still holds a clone of its client
+/// (`Session::client()`): the clone would keep the old ZooKeeper session, and the latch's old
+/// node first in line, alive for ever. The retired session is closed on the server, the old node
+/// goes, and the latch leads again on a new node. Fault: the client's link blackholed past the
+/// lease, healed before the server could expire the session.
+#[tokio::test]
+async fn a_session_lost_by_its_deadline_is_closed_on_the_server_even_while_the_application_holds_its_client()
+ {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let proxy = common::proxy_to(server).await;
+    let timeout = Duration::from_secs(6);
+    let s = Session::builder(proxy.connect_string())
+        .session_timeout(timeout)
+        .server_tick_time(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("retired");
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let first = within(BOUND, "the first term", latch.await_leadership())
+        .await
+        .unwrap();
+    let old_node = first.path().to_owned();
+    let old_id = s.session_id().unwrap();
+    let clone = s.client().unwrap();
+    let mut states = StateRecorder::start(&s);
+    // Past the lease the session started with: a heartbeat has been proven to reach the quorum.
+    let initial = s.safe_until();
+    eventually(BOUND, "the lease to advance past its start", || async {
+        (s.safe_until() > initial).then_some(())
+    })
+    .await;
+
+    proxy.blackhole();
+    let holed = Instant::now();
+    let (_, lost_at) = states.expect(ConnectionState::Lost, BOUND).await;
+    // Heal well inside the server's timeout: the old session is still alive there, and the
+    // application's clone reconnects to it.
+    assert!(
+        lost_at - holed < timeout - Duration::from_millis(500),
+        "Lost came {}ms after the blackhole: too late for this test's premise",
+        ms(lost_at - holed)
+    );
+    proxy.heal();
+
+    let second = within(BOUND, "a term on the new session", async {
+        loop {
+            let term = latch.await_leadership().await.unwrap();
+            if term.session_id() != old_id {
+                return term;
+            }
+            term.ended().await;
+        }
+    })
+    .await;
+    assert!(second.token() > first.token());
+    assert_ne!(second.path(), old_node);
+    let admin_client = admin.client().unwrap();
+    eventually(BOUND, "the old session's node to be gone", || async {
+        admin_client
+            .check_stat(&old_node)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually(BOUND, "the application's clone to see its session end", || async {
+        clone.state().is_terminated().then_some(())
+    })
+    .await;
+    eprintln!(
+        "retired session: Lost {}ms after the blackhole (timeout {}ms); new term {}, old node gone, clone {:?}",
+        ms(lost_at - holed),
+        ms(timeout),
+        second.token(),
+        clone.state()
+    );
+    latch.close().await.unwrap();
+}
