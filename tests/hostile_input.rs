@@ -1063,7 +1063,7 @@ async fn a_missing_chroot_is_created_a_provisioned_one_is_used_as_it_is_and_one_
 }
 
 #[tokio::test]
-async fn a_waiting_contenders_node_deleted_by_another_client_rejoins_when_its_turn_comes() {
+async fn a_waiting_contenders_node_deleted_by_another_client_rejoins_at_once() {
     if !zookeeper() {
         return;
     }
@@ -1091,13 +1091,23 @@ async fn a_waiting_contenders_node_deleted_by_another_client_rejoins_when_its_tu
         .await
         .unwrap();
     admin.client().unwrap().delete(&b_node, None).await.unwrap();
-    // Nobody watches a waiter's own node (Curator neither): b learns of it when its predecessor
-    // goes, finds itself missing from the listing, and joins again, here as the only one.
+    // b watches its own node: it joins again at once, behind a, while a still leads (Curator's
+    // waiter would only notice when its predecessor goes).
+    let rejoined = eventually(BOUND, "b to join again with a new node", || async {
+        b.our_path().filter(|p| *p != b_node)
+    })
+    .await;
+    assert!(
+        a.has_leadership(),
+        "a lost its term when b's node was deleted"
+    );
+    assert_eq!(children(&admin, &path).await.len(), 2);
     a.close().await.unwrap();
     let term = within(BOUND, "b to lead after a left", b.await_leadership())
         .await
         .unwrap();
     assert_ne!(term.path(), b_node);
+    assert_eq!(term.path(), rejoined);
     assert!(term.token() > first.token());
     b.close().await.unwrap();
     assert!(children(&admin, &path).await.is_empty());

@@ -551,9 +551,11 @@ async fn a_session_lost_by_its_deadline_is_closed_on_the_server_even_while_the_a
             .then_some(())
     })
     .await;
-    eventually(BOUND, "the application's clone to see its session end", || async {
-        clone.state().is_terminated().then_some(())
-    })
+    eventually(
+        BOUND,
+        "the application's clone to see its session end",
+        || async { clone.state().is_terminated().then_some(()) },
+    )
     .await;
     eprintln!(
         "retired session: Lost {}ms after the blackhole (timeout {}ms); new term {}, old node gone, clone {:?}",
