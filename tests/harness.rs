@@ -581,3 +581,402 @@ fn leak_probe_child() {
     // Wait to be killed (bounded, should the parent die first).
     std::thread::sleep(Duration::from_secs(120));
 }
+
+// ---- Partitions between servers -------------------------------------------------------------
+
+/// Tick of the partition tests: `syncLimit x tick` (5 x 200 ms) is how long a follower and its
+/// leader go without each other before they part.
+const TICK: Duration = Duration::from_millis(200);
+const SYNC_LIMIT: u32 = 5;
+/// Bound on anything an ensemble does after a fault (election, stepping down, rejoining).
+const ENSEMBLE_BOUND: Duration = Duration::from_secs(30);
+
+/// A 3-server ensemble on a 200 ms tick whose peers talk only through their link proxies.
+async fn partitionable_cluster() -> TestingCluster {
+    let cluster = TestingCluster::builder()
+        .tick_time(TICK)
+        .sync_limit(SYNC_LIMIT)
+        .start()
+        .await
+        .expect("ensemble did not start");
+    assert_eq!(cluster.tick_time(), TICK);
+    cluster
+}
+
+/// Server `i`'s mode, `None` when it does not answer.
+async fn mode_of(cluster: &TestingCluster, i: usize) -> Option<ServerMode> {
+    cluster.mode(i).await.ok()
+}
+
+/// Polls until `check` holds, at most `bound`, failing with `what`; returns when it held.
+async fn until<F, Fut>(bound: Duration, what: &str, mut check: F) -> Instant
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    tokio::time::timeout(bound, async {
+        loop {
+            if check().await {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out after {bound:?} waiting for: {what}"))
+}
+
+/// The one server among `among` that says it leads, once exactly one does and the others
+/// follow.
+async fn settled_leader(cluster: &TestingCluster, among: &[usize], what: &str) -> usize {
+    tokio::time::timeout(ENSEMBLE_BOUND, async {
+        loop {
+            let mut leaders = Vec::new();
+            let mut followers = 0;
+            for i in among {
+                match mode_of(cluster, *i).await {
+                    Some(ServerMode::Leader) => leaders.push(*i),
+                    Some(ServerMode::Follower) => followers += 1,
+                    _ => {}
+                }
+            }
+            if leaders.len() == 1 && followers == among.len() - 1 {
+                return leaders[0];
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out after {ENSEMBLE_BOUND:?} waiting for: {what}"))
+}
+
+/// Creates a fresh node under `root` through `client`, bounded.
+async fn write_through(client: &Client, root: &str, what: &str) -> String {
+    let node = format!("{root}/w-{}", uuid_suffix());
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        client.create(&node, b"", &persistent()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{what}: the write was not answered within 10 s"))
+    .unwrap_or_else(|e| panic!("{what}: the write failed: {e}"));
+    node
+}
+
+fn uuid_suffix() -> String {
+    testing::unique_path("x")
+        .rsplit('-')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// A server that serves again has `node` (bounded: it may still be syncing).
+async fn sees(cluster: &TestingCluster, i: usize, node: &str) {
+    let client = connect(
+        cluster.server_connect_string(i).unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+    client.sync(node).await.expect("sync");
+    assert!(
+        client.check_stat(node).await.expect("stat").is_some(),
+        "server {i} does not have {node}"
+    );
+}
+
+#[tokio::test]
+async fn every_peer_connection_goes_through_a_link_proxy() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    for i in 0..3 {
+        for j in (0..3).filter(|j| *j != i) {
+            let (ij, ji) = (
+                cluster.peer_connections(i, j).unwrap(),
+                cluster.peer_connections(j, i).unwrap(),
+            );
+            eprintln!("[harness] connections {i}->{j}: {ij}, {j}->{i}: {ji}");
+            if j == leader {
+                assert!(
+                    ij >= 1,
+                    "follower {i} reaches its leader {j} other than through the proxy"
+                );
+            }
+            if i < j {
+                // The election connection of the pair, which the larger id keeps.
+                assert!(
+                    ij + ji >= 1,
+                    "servers {i} and {j} have no election link through a proxy"
+                );
+            }
+        }
+    }
+    assert!(matches!(
+        cluster.peer_connections(1, 1),
+        Err(HarnessError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        cluster.isolate(3),
+        Err(HarnessError::NoSuchServer { index: 3, len: 3 })
+    ));
+    assert!(matches!(
+        cluster.partition(&[0, 1], &[1, 2]),
+        Err(HarnessError::InvalidArgument { .. })
+    ));
+    assert!(
+        TestingCluster::builder()
+            .sync_limit(0)
+            .start()
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn isolated_follower_stops_serving_after_sync_limit_and_rejoins_after_heal() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let pinned = connect(
+        cluster.server_connect_string(follower).unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+    let majority = format!(
+        "{},{}",
+        cluster.server_connect_string(leader).unwrap(),
+        cluster.server_connect_string(other).unwrap()
+    );
+    let client = connect(&majority, Duration::from_secs(10)).await;
+    let root = testing::unique_path("isolated-follower");
+    client.mkdir(&root, &persistent()).await.expect("mkdir");
+
+    cluster.isolate(follower).unwrap();
+    let cut = Instant::now();
+    // It still answers its own client from its own state for a while: nothing was reset.
+    tokio::time::timeout(Duration::from_secs(2), pinned.check_stat("/"))
+        .await
+        .expect("the isolated follower did not answer its client at once")
+        .expect("the isolated follower refused a read at once");
+    let stopped = until(
+        ENSEMBLE_BOUND,
+        "the isolated follower to stop serving",
+        || async { mode_of(&cluster, follower).await != Some(ServerMode::Follower) },
+    )
+    .await;
+    let served_for = stopped - cut;
+    eprintln!(
+        "[harness] isolated follower served its clients for {} ms (syncLimit x tick = {} ms)",
+        served_for.as_millis(),
+        (TICK * SYNC_LIMIT).as_millis()
+    );
+    assert!(
+        served_for >= TICK * SYNC_LIMIT / 2,
+        "the follower stopped after {served_for:?}: too early for a silent cut (a reset?)"
+    );
+    assert_eq!(
+        settled_leader(
+            &cluster,
+            &[leader, other],
+            "the majority to keep its leader"
+        )
+        .await,
+        leader
+    );
+    let written = write_through(&client, &root, "the majority during the isolation").await;
+    assert_ne!(
+        mode_of(&cluster, follower).await,
+        Some(ServerMode::Follower)
+    );
+
+    cluster.heal();
+    let healed = Instant::now();
+    settled_leader(
+        &cluster,
+        &[0, 1, 2],
+        "the isolated follower to rejoin after heal",
+    )
+    .await;
+    eprintln!(
+        "[harness] isolated follower rejoined {} ms after heal",
+        healed.elapsed().as_millis()
+    );
+    sees(&cluster, follower, &written).await;
+}
+
+#[tokio::test]
+async fn isolated_quorum_leader_is_replaced_among_the_others() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let old = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    let rest: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    let majority = format!(
+        "{},{}",
+        cluster.server_connect_string(rest[0]).unwrap(),
+        cluster.server_connect_string(rest[1]).unwrap()
+    );
+    let client = connect(&majority, Duration::from_secs(10)).await;
+    let root = testing::unique_path("isolated-leader");
+    client.mkdir(&root, &persistent()).await.expect("mkdir");
+
+    cluster.isolate(old).unwrap();
+    let cut = Instant::now();
+    let new = settled_leader(&cluster, &rest, "a new leader among the other two").await;
+    eprintln!(
+        "[harness] new leader {new} {} ms after the leader {old} was isolated",
+        cut.elapsed().as_millis()
+    );
+    let stepped_down = until(
+        ENSEMBLE_BOUND,
+        "the isolated leader to step down",
+        || async { mode_of(&cluster, old).await != Some(ServerMode::Leader) },
+    )
+    .await;
+    eprintln!(
+        "[harness] isolated leader stepped down {} ms after the cut",
+        (stepped_down - cut).as_millis()
+    );
+    let written = write_through(&client, &root, "the new majority").await;
+
+    cluster.heal();
+    assert_eq!(
+        settled_leader(&cluster, &[0, 1, 2], "the old leader to rejoin after heal").await,
+        new
+    );
+    assert_eq!(mode_of(&cluster, old).await, Some(ServerMode::Follower));
+    sees(&cluster, old, &written).await;
+}
+
+#[tokio::test]
+async fn minority_of_a_partition_stops_while_the_majority_keeps_serving() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    let minority = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let client = connect(
+        cluster.server_connect_string(other).unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+    let root = testing::unique_path("partition");
+    client.mkdir(&root, &persistent()).await.expect("mkdir");
+
+    cluster.partition(&[minority], &[leader, other]).unwrap();
+    until(ENSEMBLE_BOUND, "the minority to stop serving", || async {
+        mode_of(&cluster, minority).await != Some(ServerMode::Follower)
+    })
+    .await;
+    assert_eq!(
+        settled_leader(
+            &cluster,
+            &[leader, other],
+            "the majority to keep its leader"
+        )
+        .await,
+        leader
+    );
+    let written = write_through(&client, &root, "the majority during the partition").await;
+    // Bounded: the minority is out of the quorum for as long as the partition lasts.
+    tokio::time::sleep(TICK * SYNC_LIMIT).await;
+    assert_ne!(
+        mode_of(&cluster, minority).await,
+        Some(ServerMode::Follower)
+    );
+
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "the minority to rejoin after heal").await;
+    sees(&cluster, minority, &written).await;
+}
+
+/// `cut_one_way(follower, leader)`: the leader's proposals and commits still reach the
+/// follower, which applies writes made through the others; the follower's acks, pings and
+/// forwarded writes do not reach the leader. The leader drops the silent follower after
+/// `syncLimit x tick` (closing the link, which reaches the follower), the follower cannot
+/// rejoin while its side is cut, and the other two keep serving.
+#[tokio::test]
+async fn cut_one_way_passes_the_leaders_bytes_and_holds_the_followers() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let pinned = connect(
+        cluster.server_connect_string(follower).unwrap(),
+        Duration::from_secs(20),
+    )
+    .await;
+    let client = connect(
+        cluster.server_connect_string(other).unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+    let root = testing::unique_path("one-way");
+    client.mkdir(&root, &persistent()).await.expect("mkdir");
+    pinned.sync(&root).await.expect("sync before the cut");
+
+    cluster.cut_one_way(follower, leader).unwrap();
+    let cut = Instant::now();
+    // Leader -> follower flows: a write through the others shows up on the follower.
+    let written = write_through(&client, &root, "the others during the one-way cut").await;
+    let seen = until(
+        Duration::from_secs(5),
+        "the follower to apply a write the leader committed after the cut",
+        || async { matches!(pinned.check_stat(&written).await, Ok(Some(_))) },
+    )
+    .await;
+    assert!(
+        seen - cut < TICK * SYNC_LIMIT,
+        "the write reached the follower only after it could have rejoined"
+    );
+    // Follower -> leader is held: a write through the follower is not answered.
+    let own = format!("{root}/through-the-follower");
+    let forwarded = pinned.create(&own, b"", &persistent());
+    match tokio::time::timeout(TICK * SYNC_LIMIT / 2, forwarded).await {
+        Err(_) => {}
+        Ok(r) => panic!("a write forwarded over the cut direction was answered: {r:?}"),
+    }
+    let stopped = until(
+        ENSEMBLE_BOUND,
+        "the cut follower to stop serving",
+        || async { mode_of(&cluster, follower).await != Some(ServerMode::Follower) },
+    )
+    .await;
+    eprintln!(
+        "[harness] one-way cut follower -> leader: follower applied a commit after {} ms, stopped serving after {} ms",
+        (seen - cut).as_millis(),
+        (stopped - cut).as_millis()
+    );
+    assert_eq!(
+        settled_leader(
+            &cluster,
+            &[leader, other],
+            "the others to keep their leader"
+        )
+        .await,
+        leader
+    );
+    write_through(&client, &root, "the others after the follower left").await;
+
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "the follower to rejoin after heal").await;
+    sees(&cluster, follower, &written).await;
+}

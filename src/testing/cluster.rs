@@ -2,12 +2,14 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::future::{join_all, try_join_all};
 use nix::sys::signal::Signal;
 
 use super::process::{self, FLW_TIMEOUT, NodeFiles, ServerNode};
+use super::proxy::FaultProxy;
 use super::server::{ServerMode, Settings};
 use super::{HarnessError, Installation, Result};
 
@@ -17,6 +19,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const START_ATTEMPTS: usize = 3;
 /// Poll interval of the leader waits.
 const POLL: Duration = Duration::from_millis(50);
+/// ZooKeeper's `syncLimit` unless the builder says otherwise, in ticks.
+const DEFAULT_SYNC_LIMIT: u32 = 5;
+/// ZooKeeper's `initLimit` unless the builder says otherwise, in ticks.
+const DEFAULT_INIT_LIMIT: u32 = 10;
 
 fn is_member(mode: ServerMode) -> bool {
     matches!(mode, ServerMode::Leader | ServerMode::Follower)
@@ -28,12 +34,16 @@ fn is_member(mode: ServerMode) -> bool {
 pub struct TestingClusterBuilder {
     servers: usize,
     settings: Settings,
+    sync_limit: u32,
+    init_limit: u32,
 }
 
 impl Default for TestingClusterBuilder {
     fn default() -> Self {
         TestingClusterBuilder {
             servers: 3,
+            sync_limit: DEFAULT_SYNC_LIMIT,
+            init_limit: DEFAULT_INIT_LIMIT,
             settings: Settings {
                 start_timeout: START_TIMEOUT,
                 ..Settings::default()
@@ -49,9 +59,24 @@ impl TestingClusterBuilder {
         self
     }
 
-    /// ZooKeeper's `tickTime` (default 200 ms; `initLimit` is 10 and `syncLimit` 5 ticks).
+    /// ZooKeeper's `tickTime` (default 200 ms).
     pub fn tick_time(mut self, tick: Duration) -> Self {
         self.settings.tick_time = tick;
+        self
+    }
+
+    /// ZooKeeper's `syncLimit` in ticks (default 5): how long a follower and its leader go
+    /// without hearing from each other before they part. A follower cut off from its peers
+    /// keeps answering its clients for up to `syncLimit x tickTime`.
+    pub fn sync_limit(mut self, ticks: u32) -> Self {
+        self.sync_limit = ticks;
+        self
+    }
+
+    /// ZooKeeper's `initLimit` in ticks (default 10): how long a follower may take to connect
+    /// to and sync with its leader.
+    pub fn init_limit(mut self, ticks: u32) -> Self {
+        self.init_limit = ticks;
         self
     }
 
@@ -77,6 +102,9 @@ impl TestingClusterBuilder {
     /// Starts every server at once and waits until each is a leader or follower and exactly
     /// one is the leader.
     ///
+    /// Every connection between two servers goes through a [`FaultProxy`] of that pair (see
+    /// [`TestingCluster`]); the proxies run on the tokio runtime this is called on.
+    ///
     /// # Errors
     ///
     /// [`HarnessError::InvalidArgument`] for zero servers or bad settings;
@@ -95,6 +123,17 @@ impl TestingClusterBuilder {
             });
         }
         self.settings.validate()?;
+        for (what, ticks) in [
+            ("sync limit", self.sync_limit),
+            ("init limit", self.init_limit),
+        ] {
+            if ticks == 0 {
+                return Err(HarnessError::InvalidArgument {
+                    what,
+                    reason: "must be at least one tick".to_owned(),
+                });
+            }
+        }
         let install = Installation::discover()?;
         let dir = tempfile::Builder::new()
             .prefix("zkr-ensemble-")
@@ -104,7 +143,7 @@ impl TestingClusterBuilder {
             ))?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
-            let nodes = self.prepare(&install, dir.path())?;
+            let (nodes, links) = self.prepare(&install, dir.path()).await?;
             for node in &nodes {
                 node.spawn()?;
             }
@@ -117,6 +156,8 @@ impl TestingClusterBuilder {
                         .join(",");
                     return Ok(TestingCluster {
                         nodes,
+                        links,
+                        tick_time: self.settings.tick_time,
                         connect_string,
                         start_timeout: self.settings.start_timeout,
                         _dir: dir,
@@ -139,25 +180,57 @@ impl TestingClusterBuilder {
         Err(last_err.unwrap_or(HarnessError::Unsupported("no start attempt was made")))
     }
 
-    /// Fresh ports, fresh data dirs with `myid`, and a `zoo.cfg` per server.
-    fn prepare(&self, install: &Installation, root: &Path) -> Result<Vec<ServerNode>> {
+    /// Fresh ports, the proxies of every directed link, fresh data dirs with `myid`, and a
+    /// `zoo.cfg` per server.
+    ///
+    /// Server i's `zoo.cfg` names its own quorum and election ports on its own `server.i`
+    /// line (it binds them), and on the line of every other server j the listen addresses of
+    /// the proxy of link i -> j, which forwards to j's real ports. ZooKeeper reads only its
+    /// own line for binding, so each server reaches every peer through a proxy of the pair.
+    async fn prepare(
+        &self,
+        install: &Installation,
+        root: &Path,
+    ) -> Result<(Vec<ServerNode>, Vec<PeerLink>)> {
         let n = self.servers;
         let ports = process::free_ports(3 * n)?;
         let port = |k: usize| ports.get(k).copied().unwrap_or_default();
+        let quorum = |i: usize| format!("127.0.0.1:{}", port(3 * i + 1));
+        let election = |i: usize| format!("127.0.0.1:{}", port(3 * i + 2));
+        let mut links = Vec::with_capacity(n * n.saturating_sub(1));
+        for from in 0..n {
+            for to in (0..n).filter(|to| *to != from) {
+                let announce = Arc::new(OnceLock::new());
+                let proxy =
+                    FaultProxy::start_peer_link(quorum(to), election(to), announce.clone()).await?;
+                links.push(PeerLink {
+                    from,
+                    to,
+                    proxy,
+                    announce,
+                });
+            }
+        }
+        // A server announces its election address to the peers it connects to, and a peer
+        // with the larger id connects back to that address: make it the reverse link's proxy.
+        for link in &links {
+            let back = links
+                .iter()
+                .find(|l| l.from == link.to && l.to == link.from)
+                .and_then(|l| l.proxy.listen_address(1));
+            if let Some(back) = back {
+                let _ = link.announce.set(back.to_string());
+            }
+        }
         let mut common = self.settings.common_config()?;
-        common.push_str("initLimit=10\nsyncLimit=5\n");
+        let _ = write!(
+            common,
+            "initLimit={}\nsyncLimit={}\n",
+            self.init_limit, self.sync_limit
+        );
         if n == 1 {
             // A one-server "ensemble" is a quorum of one (Mode: leader), not a standalone server.
             common.push_str("standaloneEnabled=false\n");
-        }
-        for i in 0..n {
-            let _ = writeln!(
-                common,
-                "server.{}=127.0.0.1:{}:{}",
-                i + 1,
-                port(3 * i + 1),
-                port(3 * i + 2)
-            );
         }
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
@@ -178,6 +251,23 @@ impl TestingClusterBuilder {
                 "dataDir={}\nclientPort={client_port}\n",
                 data_dir.display()
             );
+            for j in 0..n {
+                let (q, e) = if j == i {
+                    (port(3 * j + 1), port(3 * j + 2))
+                } else {
+                    let proxy = links
+                        .iter()
+                        .find(|l| l.from == i && l.to == j)
+                        .map(|l| &l.proxy);
+                    let listen = |k: usize| {
+                        proxy
+                            .and_then(|p| p.listen_address(k))
+                            .map_or(0, |a| a.port())
+                    };
+                    (listen(0), listen(1))
+                };
+                let _ = writeln!(text, "server.{}=127.0.0.1:{q}:{e}", j + 1);
+            }
             let config = node_dir.join("zoo.cfg");
             std::fs::write(&config, text).map_err(HarnessError::io("writing zoo.cfg"))?;
             nodes.push(ServerNode::new(
@@ -193,8 +283,18 @@ impl TestingClusterBuilder {
                 },
             ));
         }
-        Ok(nodes)
+        Ok((nodes, links))
     }
+}
+
+/// The proxy of one directed link between two servers: `from` reaches `to` through it.
+struct PeerLink {
+    from: usize,
+    to: usize,
+    /// Listener 0 forwards to `to`'s quorum port, listener 1 to its election port.
+    proxy: FaultProxy,
+    /// What `from` is made to announce as its election address: the reverse link's proxy.
+    announce: Arc<OnceLock<String>>,
 }
 
 /// Every node a leader or follower, and exactly one leader.
@@ -245,6 +345,23 @@ async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
 /// sidecar protection as a [`super::TestingServer`]; dropping the cluster kills all of them and
 /// removes the directory.
 ///
+/// # Partitions between servers
+///
+/// Every TCP connection between two servers (the quorum link from a follower to its leader,
+/// the election link between every pair) crosses a [`FaultProxy`] owned by that directed pair:
+/// each server has its own `zoo.cfg` in which every *other* server's line names the proxy
+/// of the link to it. So [`isolate`](Self::isolate), [`partition`](Self::partition) and
+/// [`cut_one_way`](Self::cut_one_way) separate servers without root, while clients still reach
+/// every server directly. A cut link holds bytes back silently, like a firewall that drops
+/// packets: no connection is reset, so each server notices only through its own timeouts
+/// (`syncLimit x tickTime` between a follower and its leader), as in a real partition.
+/// [`heal`](Self::heal) lets the held bytes flow again. The proxies stay across
+/// [`restart_server`](Self::restart_server).
+///
+/// The proxies run on the tokio runtime that started the cluster: use the cluster from that
+/// runtime, and do not keep it in a `static` shared between tests' runtimes (when its runtime
+/// shuts down, the servers lose each other).
+///
 /// # Examples
 ///
 /// ```no_run
@@ -258,6 +375,10 @@ async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
 /// let next = cluster.wait_for_leader(Duration::from_secs(10)).await?;
 /// assert_ne!(leader, next);
 /// cluster.restart_server(leader).await?; // rejoins as a follower
+///
+/// let follower = (leader + 1) % 3;
+/// cluster.isolate(follower)?; // its clients still reach it, its peers do not
+/// cluster.heal();
 /// # Ok(())
 /// # }
 /// ```
@@ -269,6 +390,8 @@ async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
 pub struct TestingCluster {
     // Field order: the nodes (their JVMs) go before the directory they use.
     nodes: Vec<ServerNode>,
+    links: Vec<PeerLink>,
+    tick_time: Duration,
     connect_string: String,
     start_timeout: Duration,
     _dir: tempfile::TempDir,
@@ -309,6 +432,111 @@ impl TestingCluster {
             index,
             len: self.nodes.len(),
         })
+    }
+
+    fn link(&self, from: usize, to: usize) -> Result<&FaultProxy> {
+        self.node(from)?;
+        self.node(to)?;
+        self.links
+            .iter()
+            .find(|l| l.from == from && l.to == to)
+            .map(|l| &l.proxy)
+            .ok_or(HarnessError::InvalidArgument {
+                what: "server pair",
+                reason: format!("server {from} has no link to itself"),
+            })
+    }
+
+    /// The servers' `tickTime`, so that tests can tell a session the servers' tick.
+    pub fn tick_time(&self) -> Duration {
+        self.tick_time
+    }
+
+    /// Cuts server `index` off from all its peers, both ways; its clients still reach it.
+    ///
+    /// Bytes between it and its peers are held back silently (no reset), on every link to or
+    /// from it, until [`heal`](Self::heal). A follower so isolated keeps answering its clients
+    /// from its own state until it gives up on its leader (`syncLimit x tickTime`); an
+    /// isolated quorum leader steps down after as long, while the others elect a new leader.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoSuchServer`] for an index out of range.
+    pub fn isolate(&self, index: usize) -> Result<()> {
+        self.node(index)?;
+        for link in self
+            .links
+            .iter()
+            .filter(|l| l.from == index || l.to == index)
+        {
+            link.proxy.blackhole();
+        }
+        tracing::debug!(server = index, "isolated from its peers");
+        Ok(())
+    }
+
+    /// Splits the servers into two groups that cannot reach each other (both ways, silently,
+    /// until [`heal`](Self::heal)); links within a group are left as they are. A server in
+    /// neither group keeps its links to both.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoSuchServer`] for an index out of range;
+    /// [`HarnessError::InvalidArgument`] when a server is in both groups.
+    pub fn partition(&self, side_a: &[usize], side_b: &[usize]) -> Result<()> {
+        for i in side_a.iter().chain(side_b) {
+            self.node(*i)?;
+        }
+        if let Some(both) = side_a.iter().find(|i| side_b.contains(i)) {
+            return Err(HarnessError::InvalidArgument {
+                what: "partition",
+                reason: format!("server {both} is on both sides"),
+            });
+        }
+        for a in side_a {
+            for b in side_b {
+                self.link(*a, *b)?.blackhole();
+                self.link(*b, *a)?.blackhole();
+            }
+        }
+        tracing::debug!(?side_a, ?side_b, "partitioned");
+        Ok(())
+    }
+
+    /// Cuts one direction between two servers: what server `from` sends to server `to` is held
+    /// back (silently, until [`heal`](Self::heal)) on every link between them, whichever of
+    /// the two opened the connection, while what `to` sends to `from` still arrives.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoSuchServer`] for an index out of range;
+    /// [`HarnessError::InvalidArgument`] when `from == to`.
+    pub fn cut_one_way(&self, from: usize, to: usize) -> Result<()> {
+        // On the link from -> to, `from` is the proxy's client; on to -> from, its server.
+        self.link(from, to)?.blackhole_requests();
+        self.link(to, from)?.blackhole_replies();
+        tracing::debug!(from, to, "cut one way");
+        Ok(())
+    }
+
+    /// Restores every link between servers; bytes held back by a cut flow again.
+    pub fn heal(&self) {
+        for link in &self.links {
+            link.proxy.heal();
+        }
+        tracing::debug!("every peer link healed");
+    }
+
+    /// How many TCP connections from server `from` to server `to` are open now (through the
+    /// proxy of that link): the quorum connection of a follower to its leader, and the
+    /// election connection, which ZooKeeper keeps only when the larger server id opened it.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoSuchServer`] for an index out of range;
+    /// [`HarnessError::InvalidArgument`] when `from == to`.
+    pub fn peer_connections(&self, from: usize, to: usize) -> Result<usize> {
+        Ok(self.link(from, to)?.connection_count())
     }
 
     /// Every server's client address, comma-joined: the connect string for clients.

@@ -2,8 +2,8 @@
 //! link.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -24,6 +24,10 @@ enum Mode {
     DelayReplies(Duration),
     /// Keep connections open, pass nothing (bytes are held back until healed).
     Blackhole,
+    /// Pass server-to-client bytes; hold client-to-server bytes back until healed.
+    BlackholeRequests,
+    /// Pass client-to-server bytes; hold server-to-client bytes back until healed.
+    BlackholeReplies,
     /// Reset every connection, and reset new ones at once.
     Cut,
 }
@@ -38,6 +42,9 @@ enum Mode {
 /// - [`blackhole`](Self::blackhole): connections stay open but no byte passes either way; new
 ///   connections are accepted and pass nothing either. The client sees requests hang, then
 ///   (after its connection timeout) a disconnect: a network partition.
+/// - [`blackhole_requests`](Self::blackhole_requests) and
+///   [`blackhole_replies`](Self::blackhole_replies): the same, one way only: what the client
+///   sends is held back while what the server sends still flows, or the reverse.
 /// - [`delay`](Self::delay): each forwarded chunk waits this long, in both directions;
 ///   [`delay_replies`](Self::delay_replies) delays only what the servers send back.
 /// - [`heal`](Self::heal): forwarding resumes; bytes held back by a blackhole flow again, as
@@ -109,15 +116,52 @@ impl FaultProxy {
                 .map_err(HarnessError::io("reading a proxy listener's address"))?;
             listeners.push((listener, address, upstream.clone()));
         }
+        FaultProxy::serve(listeners, None)
+    }
+
+    /// A proxy for one directed link between two ZooKeeper servers: listener 0 forwards to the
+    /// peer's quorum port, listener 1 to its election port. On the election listener, the
+    /// election address the connecting server announces in its first message is replaced by
+    /// `announce` once that is set: ZooKeeper's `QuorumCnxManager` answers a connection from a
+    /// smaller server id by connecting back to the announced address, which must be the proxy
+    /// of the reverse link, or that connection would bypass every proxy.
+    pub(crate) async fn start_peer_link(
+        quorum: String,
+        election: String,
+        announce: Arc<OnceLock<String>>,
+    ) -> Result<FaultProxy> {
+        let mut listeners = Vec::with_capacity(2);
+        for upstream in [quorum, election] {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .await
+                .map_err(HarnessError::io("binding a peer link listener"))?;
+            let address = listener
+                .local_addr()
+                .map_err(HarnessError::io("reading a peer link listener's address"))?;
+            listeners.push((listener, address, upstream));
+        }
+        FaultProxy::serve(listeners, Some((1, announce)))
+    }
+
+    /// Starts the accept loops; the listener at `rewrite.0` rewrites election hellos.
+    fn serve(
+        listeners: Vec<(TcpListener, SocketAddr, String)>,
+        rewrite: Option<(usize, Arc<OnceLock<String>>)>,
+    ) -> Result<FaultProxy> {
         let (mode, _) = watch::channel(Mode::Normal);
         let connections = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         let mut listen = Vec::with_capacity(listeners.len());
-        for (listener, address, upstream) in listeners {
+        for (k, (listener, address, upstream)) in listeners.into_iter().enumerate() {
             listen.push(address);
+            let hello = rewrite
+                .as_ref()
+                .filter(|(at, _)| *at == k)
+                .map(|(_, announce)| announce.clone());
             tasks.spawn(accept_loop(
                 listener,
                 upstream,
+                hello,
                 mode.subscribe(),
                 connections.clone(),
             ));
@@ -159,6 +203,18 @@ impl FaultProxy {
     /// connections stay open and new ones are accepted.
     pub fn blackhole(&self) {
         self.mode.send_replace(Mode::Blackhole);
+    }
+
+    /// Holds back what clients send (requests, and the first bytes of a new connection) until
+    /// [`heal`](Self::heal), while what the servers send still flows: a one-way partition.
+    pub fn blackhole_requests(&self) {
+        self.mode.send_replace(Mode::BlackholeRequests);
+    }
+
+    /// Holds back what the servers send (replies, pings, watch events) until
+    /// [`heal`](Self::heal), while what clients send still flows: a one-way partition.
+    pub fn blackhole_replies(&self) {
+        self.mode.send_replace(Mode::BlackholeReplies);
     }
 
     /// Delays each forwarded chunk by `latency`, both directions, until [`heal`](Self::heal).
@@ -206,6 +262,7 @@ fn reset(stream: TcpStream) {
 async fn accept_loop(
     listener: TcpListener,
     upstream: String,
+    hello: Option<Arc<OnceLock<String>>>,
     mode: watch::Receiver<Mode>,
     connections: Arc<AtomicUsize>,
 ) {
@@ -223,7 +280,7 @@ async fn accept_loop(
                     reset(client);
                     continue;
                 }
-                conns.spawn(connection(client, upstream.clone(), mode.clone(), Counted::new(&connections)));
+                conns.spawn(connection(client, upstream.clone(), hello.clone(), mode.clone(), Counted::new(&connections)));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -233,9 +290,13 @@ async fn accept_loop(
 async fn connection(
     client: TcpStream,
     upstream: String,
+    hello: Option<Arc<OnceLock<String>>>,
     mut mode: watch::Receiver<Mode>,
     _counted: Counted,
 ) {
+    // As with a dropped SYN, the server sees nothing of a connection opened while what the
+    // client sends is held back.
+    passable(&mut mode, Direction::Up).await;
     let Ok(server) = TcpStream::connect(&upstream).await else {
         reset(client);
         return;
@@ -243,6 +304,16 @@ async fn connection(
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut client, mut server) = (client, server);
+    if let Some(announce) = hello.as_ref().and_then(|h| h.get()) {
+        if rewrite_election_hello(&mut client, &mut server, announce)
+            .await
+            .is_err()
+        {
+            reset(client);
+            reset(server);
+            return;
+        }
+    }
     let cut = {
         let (mut cr, mut cw) = client.split();
         let (mut sr, mut sw) = server.split();
@@ -271,9 +342,58 @@ enum Direction {
     Down,
 }
 
-/// Waits until bytes may pass (not blackholed); returns the current delay for `direction`.
+impl Mode {
+    /// Whether bytes going `direction` are held back.
+    fn holds(self, direction: Direction) -> bool {
+        match self {
+            Mode::Blackhole => true,
+            Mode::BlackholeRequests => direction == Direction::Up,
+            Mode::BlackholeReplies => direction == Direction::Down,
+            Mode::Normal | Mode::Delay(_) | Mode::DelayReplies(_) | Mode::Cut => false,
+        }
+    }
+}
+
+/// The longest election address accepted in a hello (a few `host:port` entries are far shorter).
+const MAX_HELLO_ADDRESS: usize = 4096;
+
+/// Copies the first message of a `QuorumCnxManager` connection (protocol version, server id,
+/// election address) from `client` to `server`, with the announced address replaced by
+/// `announce`. A connection of the old protocol (its first long is the server id, not a
+/// negative version) has no address and is forwarded as it is.
+async fn rewrite_election_hello(
+    client: &mut TcpStream,
+    server: &mut TcpStream,
+    announce: &str,
+) -> std::io::Result<()> {
+    let version = client.read_i64().await?;
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&version.to_be_bytes());
+    if version < 0 {
+        let sid = client.read_i64().await?;
+        let len = usize::try_from(client.read_i32().await?).unwrap_or(usize::MAX);
+        if len > MAX_HELLO_ADDRESS {
+            return Err(std::io::Error::other("election hello too long"));
+        }
+        let mut address = vec![0u8; len];
+        client.read_exact(&mut address).await?;
+        tracing::trace!(
+            sid,
+            from = %String::from_utf8_lossy(&address),
+            to = announce,
+            "rewriting an election hello"
+        );
+        out.extend_from_slice(&sid.to_be_bytes());
+        let announced = i32::try_from(announce.len()).map_err(std::io::Error::other)?;
+        out.extend_from_slice(&announced.to_be_bytes());
+        out.extend_from_slice(announce.as_bytes());
+    }
+    server.write_all(&out).await
+}
+
+/// Waits until bytes may pass `direction` (not blackholed); returns the current delay for it.
 async fn passable(mode: &mut watch::Receiver<Mode>, direction: Direction) -> Duration {
-    let current = mode.wait_for(|m| *m != Mode::Blackhole).await.map(|m| *m);
+    let current = mode.wait_for(|m| !m.holds(direction)).await.map(|m| *m);
     match current {
         Ok(Mode::Delay(d)) => d,
         Ok(Mode::DelayReplies(d)) if direction == Direction::Down => d,

@@ -1,0 +1,344 @@
+//! Faults inside a ZooKeeper ensemble against the term deadline: a leader must know by its own
+//! deadline ([`Leadership::ended_at`], [`Leadership::is_valid`]) that it may no longer act
+//! before any successor's term starts, also when its server keeps answering it.
+//!
+//! Only the quorum leader expires sessions; a follower cut off from its peers answers its
+//! clients' reads and pings from its own state for up to `syncLimit x tickTime`. So a latch
+//! whose session is pinned to such a follower hears "fine" while the quorum has already
+//! expired its session and elected a successor. Each test is one row of the table: one fault,
+//! on one ensemble (tick 500 ms, syncLimit 10, session 2 s), with two latch pairs on the same
+//! fault, one per [`ErrorPolicy`]: latch A pinned to one server leads first, latch B on the
+//! servers on the other side queues behind it. The test waits until A's term has ended and B's
+//! has started, asserts that A's ended no later than B's began, prints the times relative to
+//! the fault, then heals and checks that there is exactly one leader again.
+//!
+//! Each test starts its own ensemble; they take turns (two cores).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use common::{eventually, within, zookeeper};
+use tokio::sync::Mutex;
+use zookeeper_recipes::testing::{self, ServerMode, TestingCluster};
+use zookeeper_recipes::{ErrorPolicy, LeaderLatch, Leadership, Session};
+
+/// The servers' tick.
+const TICK: Duration = Duration::from_millis(500);
+/// syncLimit in ticks: a cut-off follower serves its clients for up to 5 s, more than the
+/// session timeout.
+const SYNC_LIMIT: u32 = 10;
+const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on the ensemble and the latches settling after a fault or a heal.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// One ensemble at a time: the machine has two cores.
+static TURN: Mutex<()> = Mutex::const_new(());
+
+/// Where the latches of one row are, by server index.
+struct Plan {
+    /// Latch A's one server.
+    a_server: usize,
+    /// Latch B's servers (the side that keeps a quorum).
+    b_servers: Vec<usize>,
+}
+
+/// What one policy's pair did, on the monotonic clock, relative to the fault.
+struct Outcome {
+    policy: ErrorPolicy,
+    b_started: Duration,
+    a_invalid: Duration,
+    a_ended: Duration,
+    /// `a_ended - b_started` when positive: how long two leaders could both act.
+    overlap: Option<Duration>,
+}
+
+impl Outcome {
+    fn line(&self, row: &str) -> String {
+        let verdict = match self.overlap {
+            Some(o) => format!("OVERLAP {} ms", o.as_millis()),
+            None => format!(
+                "gap {} ms",
+                self.b_started.saturating_sub(self.a_ended).as_millis()
+            ),
+        };
+        format!(
+            "[ensemble] {row} | {:?} | B elected +{} ms | A is_valid false +{} ms | A ended_at +{} ms | {verdict}",
+            self.policy,
+            self.b_started.as_millis(),
+            self.a_invalid.as_millis(),
+            self.a_ended.as_millis(),
+        )
+    }
+}
+
+async fn session(cluster: &TestingCluster, servers: &[usize]) -> Session {
+    let connect = servers
+        .iter()
+        .map(|i| cluster.server_connect_string(*i).unwrap().to_owned())
+        .collect::<Vec<_>>()
+        .join(",");
+    let _tick = cluster.tick_time();
+    // TODO(server_tick_time): `.server_tick_time(_tick)` on this builder once SessionBuilder has it.
+    Session::builder(connect.as_str())
+        .session_timeout(SESSION_TIMEOUT)
+        .connection_timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("no session to {connect}: {e}"))
+}
+
+/// One policy's pair: A leads, B queues.
+struct Pair {
+    policy: ErrorPolicy,
+    a: LeaderLatch,
+    b: LeaderLatch,
+    a_term: Leadership,
+    /// When A's term was first seen not valid (sampled every 2 ms).
+    a_invalid: Arc<StdMutex<Option<Instant>>>,
+    _sessions: (Session, Session),
+}
+
+async fn pair(cluster: &TestingCluster, plan: &Plan, policy: ErrorPolicy, path: &str) -> Pair {
+    let sa = session(cluster, &[plan.a_server]).await;
+    let sb = session(cluster, &plan.b_servers).await;
+    let a = LeaderLatch::builder(&sa, path)
+        .id("a")
+        .error_policy(policy)
+        .start()
+        .await
+        .expect("latch A did not start");
+    let a_term = within(BOUND, "latch A to lead first", a.await_leadership())
+        .await
+        .expect("latch A failed");
+    let b = LeaderLatch::builder(&sb, path)
+        .id("b")
+        .error_policy(policy)
+        .start()
+        .await
+        .expect("latch B did not start");
+    b.wait_joined(BOUND).await.expect("latch B did not join");
+    assert!(a_term.is_valid() && !b.has_leadership());
+    Pair {
+        policy,
+        a,
+        b,
+        a_term,
+        a_invalid: Arc::default(),
+        _sessions: (sa, sb),
+    }
+}
+
+impl Pair {
+    /// Samples A's `is_valid` until it turns false.
+    fn watch_validity(&self) {
+        let term = self.a_term.clone();
+        let seen = self.a_invalid.clone();
+        tokio::spawn(async move {
+            while term.is_valid() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            *seen.lock().unwrap() = Some(Instant::now());
+        });
+    }
+
+    /// Waits until A's term has ended and B's has started; measures against `fault`.
+    async fn outcome(&self, row: &str, fault: Instant) -> Outcome {
+        let b_term = within(
+            BOUND,
+            &format!("{row} {:?}: latch B to be elected", self.policy),
+            self.b.await_leadership(),
+        )
+        .await
+        .expect("latch B failed");
+        let a_ended = eventually(
+            BOUND,
+            &format!("{row} {:?}: latch A's term to end", self.policy),
+            || async { self.a_term.ended_at() },
+        )
+        .await;
+        let a_invalid = eventually(
+            BOUND,
+            &format!("{row} {:?}: latch A's term to turn invalid", self.policy),
+            || async { *self.a_invalid.lock().unwrap() },
+        )
+        .await;
+        let b_started = b_term.started_at();
+        Outcome {
+            policy: self.policy,
+            b_started: b_started.saturating_duration_since(fault),
+            a_invalid: a_invalid.saturating_duration_since(fault),
+            a_ended: a_ended.saturating_duration_since(fault),
+            overlap: (a_ended > b_started).then(|| a_ended - b_started),
+        }
+    }
+}
+
+/// One row: an ensemble of `servers`, the plan for its leader, the fault, both policies.
+async fn row(
+    name: &str,
+    servers: usize,
+    plan: impl Fn(usize) -> Plan,
+    fault: impl Fn(&TestingCluster, &Plan, usize),
+) {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = TURN.lock().await;
+    let cluster = TestingCluster::builder()
+        .servers(servers)
+        .tick_time(TICK)
+        .sync_limit(SYNC_LIMIT)
+        .start()
+        .await
+        .expect("ensemble did not start");
+    let leader = cluster
+        .wait_for_leader(BOUND)
+        .await
+        .expect("the ensemble has no leader");
+    let plan = plan(leader);
+    let root = testing::unique_path("ensemble");
+    let mut pairs = Vec::new();
+    for (k, policy) in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired]
+        .into_iter()
+        .enumerate()
+    {
+        pairs.push(pair(&cluster, &plan, policy, &format!("{root}/latch-{k}")).await);
+    }
+    for p in &pairs {
+        p.watch_validity();
+    }
+
+    fault(&cluster, &plan, leader);
+    let at = Instant::now();
+    let measured = async {
+        let mut outcomes = Vec::new();
+        for p in &pairs {
+            outcomes.push(p.outcome(name, at).await);
+        }
+        outcomes
+    };
+    // When B's side has a quorum leader (at once where the fault left it its leader).
+    let quorum_leader = async {
+        while at.elapsed() < BOUND {
+            for i in &plan.b_servers {
+                if cluster.mode(*i).await.ok() == Some(ServerMode::Leader) {
+                    return Some(at.elapsed());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    };
+    let (outcomes, quorum_leader) = tokio::join!(measured, quorum_leader);
+    eprintln!(
+        "[ensemble] {name} | quorum leader on B's side from +{} ms",
+        quorum_leader.map_or("?".to_owned(), |d| d.as_millis().to_string())
+    );
+    for o in &outcomes {
+        eprintln!("{}", o.line(name));
+    }
+
+    cluster.heal();
+    let settled = cluster.wait_for_leader(BOUND).await;
+    assert!(settled.is_ok(), "{name}: no quorum leader after heal");
+    for p in &pairs {
+        eventually(
+            BOUND,
+            &format!(
+                "{name} {:?}: exactly one latch leading after heal",
+                p.policy
+            ),
+            || async {
+                let leaders = usize::from(p.a.has_leadership()) + usize::from(p.b.has_leadership());
+                let a_in = p.a.wait_joined(Duration::from_millis(100)).await.is_ok();
+                (leaders == 1 && a_in).then_some(())
+            },
+        )
+        .await;
+    }
+    for o in &outcomes {
+        assert!(
+            o.overlap.is_none(),
+            "{name} {:?}: latch A's term ended {} ms after latch B's began (two leaders); {}",
+            o.policy,
+            o.overlap.unwrap_or_default().as_millis(),
+            o.line(name)
+        );
+    }
+}
+
+/// Row 1: A's server is a follower, cut off from its peers while A still reaches it. The
+/// others elect a leader, expire A's session and elect B; A's follower answers A until it gives
+/// up on its leader (`syncLimit x tickTime`, 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_follower_leader_ends_its_term_before_the_successor_starts() {
+    row(
+        "row 1: A's follower isolated",
+        3,
+        |leader| Plan {
+            a_server: (leader + 1) % 3,
+            b_servers: vec![leader, (leader + 2) % 3],
+        },
+        |cluster, plan, _| cluster.isolate(plan.a_server).unwrap(),
+    )
+    .await;
+}
+
+/// Row 2: A's server is the quorum leader, cut off from its peers. It steps down after
+/// `syncLimit x tickTime`; the other two elect a leader, which expires A's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_quorum_leader_ends_its_term_before_the_successor_starts() {
+    row(
+        "row 2: A's quorum leader isolated",
+        3,
+        |leader| Plan {
+            a_server: leader,
+            b_servers: vec![(leader + 1) % 3, (leader + 2) % 3],
+        },
+        |cluster, plan, _| cluster.isolate(plan.a_server).unwrap(),
+    )
+    .await;
+}
+
+/// Row 3: five servers split 2/3; the minority holds the quorum leader and A's follower, so A's
+/// server keeps its leader until that leader gives up on a quorum. (With three servers a 1/2
+/// split is row 1 or 2.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_side_leader_ends_its_term_before_the_successor_starts() {
+    row(
+        "row 3: 2/3 split, A on the minority",
+        5,
+        |leader| Plan {
+            a_server: (leader + 1) % 5,
+            b_servers: (2..5).map(|k| (leader + k) % 5).collect(),
+        },
+        |cluster, plan, leader| {
+            cluster
+                .partition(&[leader, plan.a_server], &plan.b_servers)
+                .unwrap();
+        },
+    )
+    .await;
+}
+
+/// Row 4: asymmetric: A's follower still receives from the quorum leader but cannot send to
+/// it (`cut_one_way(follower, leader)`). The leader hears nothing of A's pings and expires A's
+/// session; the expiry reaches the follower (leader -> follower still flows), while the
+/// follower answers A's pings in the meantime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_cut_follower_leader_ends_its_term_before_the_successor_starts() {
+    row(
+        "row 4: A's follower cannot send to the leader",
+        3,
+        |leader| Plan {
+            a_server: (leader + 1) % 3,
+            b_servers: vec![leader, (leader + 2) % 3],
+        },
+        |cluster, plan, leader| cluster.cut_one_way(plan.a_server, leader).unwrap(),
+    )
+    .await;
+}
