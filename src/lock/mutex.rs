@@ -211,6 +211,10 @@ impl InterProcessMutex {
                     if !requeue {
                         return Err(e);
                     }
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        // The deletion used up the rest of the time: no new node for nothing.
+                        return Ok(None);
+                    }
                 }
             }
         }
@@ -236,6 +240,8 @@ impl InterProcessMutex {
 
     /// Takes the lock only if nobody holds it or waits for it: queues a node, looks once, and
     /// withdraws when it is not first. Waits for a connection at most the connection timeout.
+    /// When the lock was free but the hold ended before this could return it (see
+    /// [`acquire`](Self::acquire)), it deletes that node and looks again with a new one.
     ///
     /// # Errors
     /// [`Error::Timeout`] when no connection came in time; as [`acquire`](Self::acquire).
