@@ -126,7 +126,8 @@ pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, Stale
 pub use leader::{
     Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,
     LeaderObserver, LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector,
-    LeaderSelectorBuilder, LeaderSelectorListener, ObserverEvent, PoolEvent, SelectorState,
+    LeaderSelectorBuilder, LeaderSelectorListener, ObserverEvent, Overrun, PoolEvent,
+    SelectorState,
 };
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};

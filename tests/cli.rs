@@ -995,6 +995,172 @@ async fn lock_exits_75_on_timeout_and_runs_cmd_with_token_when_free() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// error policy
+
+/// Waits for `z`'s next `state` line saying `state`, skipping other lines (which stay in `seen`).
+async fn wait_state(z: &mut Zkr, state: &str) -> Line {
+    let what = format!("no {state} state line");
+    loop {
+        let line = z.wait_for("state", BOUND, &what).await;
+        if line.str("state") == state {
+            return line;
+        }
+    }
+}
+
+/// The lines of `z` so far that say a term ended or its command was stopped.
+fn term_ends(z: &Zkr) -> Vec<String> {
+    z.seen
+        .iter()
+        .filter(|l| matches!(l.event(), "not_leader" | "cmd_signalled"))
+        .map(|l| l.json.to_string())
+        .collect()
+}
+
+/// `--error-policy session-expired` reaches the recipe of every subcommand that holds a term: a
+/// suspension much shorter than the session timeout (the link of every zkr cut for a second
+/// through one fault proxy) ends no term of `latch`, `run`, `lock` or `pool`, and no command is
+/// signalled; the same cut ends the term of a latch left at the default (`standard`). The
+/// contract around it is unchanged: state lines, the exit codes after SIGTERM.
+#[tokio::test]
+async fn error_policy_session_expired_keeps_every_term_through_a_short_suspension() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let proxy = common::proxy_to(server).await;
+    let via = proxy.connect_string();
+    let mut groups = Groups::default();
+    let policy = ["--error-policy", "session-expired"];
+
+    let mut standard = Zkr::latch(&via, &testing::unique_path("cli-policy-std"), "std", None);
+    let mut c = zkr(&via);
+    c.args([
+        "latch",
+        &testing::unique_path("cli-policy-latch"),
+        "--id",
+        "latch",
+    ])
+    .args(policy);
+    let mut latch = Zkr::spawn("latch", c, EventsOn::Stdout);
+    let mut c = zkr(&via);
+    c.args([
+        "pool",
+        &testing::unique_path("cli-policy-pool"),
+        "--jobs",
+        "a",
+        "--id",
+        "pool",
+    ])
+    .args(policy);
+    let mut pool = Zkr::spawn("pool", c, EventsOn::Stdout);
+    let run_path = testing::unique_path("cli-policy-run");
+    let mut run = Zkr::supervisor(
+        &via,
+        "run",
+        &[
+            "run",
+            &run_path,
+            "--id",
+            "run",
+            "--error-policy",
+            "session-expired",
+            "--",
+            "sleep",
+            "1000",
+        ],
+    );
+    let lock_path = testing::unique_path("cli-policy-lock");
+    let mut lock = Zkr::supervisor(
+        &via,
+        "lock",
+        &[
+            "lock",
+            &lock_path,
+            "--id",
+            "lock",
+            "--error-policy",
+            "session-expired",
+            "--",
+            "sleep",
+            "1000",
+        ],
+    );
+
+    standard
+        .wait_for("leader", BOUND, "the standard latch never led")
+        .await;
+    latch.wait_for("leader", BOUND, "the latch never led").await;
+    let job = pool
+        .wait_for("leader", BOUND, "the pool member never led its job")
+        .await;
+    assert_eq!(job.str("job"), "a", "{}", job.json);
+    let run_pgid = groups.add(
+        &run.wait_for("cmd_started", BOUND, "run never started CMD")
+            .await,
+    );
+    let lock_pgid = groups.add(
+        &lock
+            .wait_for("cmd_started", BOUND, "lock never started CMD")
+            .await,
+    );
+
+    let cut = Instant::now();
+    proxy.cut();
+    for z in [&mut standard, &mut latch, &mut pool, &mut run, &mut lock] {
+        wait_state(z, "suspended").await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.heal();
+    for z in [&mut standard, &mut latch, &mut pool, &mut run, &mut lock] {
+        wait_state(z, "reconnected").await;
+    }
+    eprintln!(
+        "link cut and healed; every zkr reconnected {:.0} ms after the cut",
+        ms(cut.elapsed())
+    );
+
+    let ended = term_ends(&standard);
+    assert!(
+        ended.iter().any(|l| l.contains(r#""reason":"suspended""#)),
+        "the standard latch's term ended at the suspension: {}",
+        standard.context()
+    );
+    for z in [&mut latch, &mut pool, &mut run, &mut lock] {
+        z.drain();
+        assert!(
+            term_ends(z).is_empty(),
+            "under session-expired a short suspension ends no term: {}",
+            z.context()
+        );
+    }
+    assert!(
+        !group_gone(run_pgid) && !group_gone(lock_pgid),
+        "the commands still run"
+    );
+
+    // The exit contract is the one without the flag.
+    for z in [&standard, &latch, &pool, &run, &lock] {
+        z.signal(Signal::SIGTERM);
+    }
+    let closed = latch
+        .wait_for("not_leader", BOUND, "the latch's close")
+        .await;
+    assert_eq!(closed.str("reason"), "closed", "{}", closed.json);
+    for (z, code) in [
+        (&mut standard, 0),
+        (&mut latch, 0),
+        (&mut pool, 0),
+        (&mut run, 143),
+        (&mut lock, 143),
+    ] {
+        let status = z.exit(BOUND, "zkr after SIGTERM").await;
+        assert_eq!(status.code(), Some(code), "{}", z.context());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // arguments
 
 #[tokio::test]
@@ -1013,6 +1179,13 @@ async fn bad_arguments_exit_2_with_usage() {
         &["run", "x", "--id", "bell\u{7}", "--", "true"],
         &["lock", "x", "--id", &long_id, "--", "true"],
         &["participants", "/zookeeper/quota"],
+        // --error-policy takes standard or session-expired, and only where a term is held.
+        &["latch", "x", "--error-policy", "sometimes"],
+        &["run", "x", "--error-policy", "", "--", "true"],
+        &["lock", "x", "--error-policy", "Standard", "--", "true"],
+        &["pool", "x", "--jobs", "a", "--error-policy", "session"],
+        &["watch", "x", "--error-policy", "standard"],
+        &["participants", "x", "--error-policy", "standard"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_zkr"))
             .args(args)

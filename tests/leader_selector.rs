@@ -356,6 +356,11 @@ async fn a_closure_that_ignores_its_cancelled_term_is_aborted_after_the_grace_pe
         0,
         "the closure was aborted, not finished"
     );
+    assert_eq!(
+        selector.overruns(),
+        1,
+        "the abort was counted as an overrun"
+    );
     assert!(children(&s, &path).await.is_empty());
     selector.close().await.unwrap();
 }
@@ -485,4 +490,243 @@ async fn selector_participants_list_everyone_queued_with_the_leader_first() {
         .await
         .unwrap();
     b.close().await.unwrap();
+}
+
+/// The tracing records of this thread (the test's current-thread runtime runs the selector's
+/// tasks on it), as text.
+#[derive(Clone, Default)]
+struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+/// Keeps a second dispatcher registered while a capture runs. With exactly one registered,
+/// tracing-core computes a callsite's interest from the default dispatcher of whichever thread
+/// hits it first: another test's thread (no subscriber) would cache "never" for the event this
+/// test waits for. With two, every callsite's interest is taken from all of them.
+struct NotJustOne(#[allow(dead_code)] tracing::Dispatch);
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogCapture {
+    /// Captures `warn!` and above of this thread until the guard is dropped.
+    fn start() -> (Self, (NotJustOne, tracing::subscriber::DefaultGuard)) {
+        let second = NotJustOne(tracing::Dispatch::new(
+            tracing::subscriber::NoSubscriber::default(),
+        ));
+        let capture = LogCapture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (capture, (second, guard))
+    }
+
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// A closure stuck in blocking code outlives the abort of its task: the grace-period abort
+/// cannot stop a thread. The selector says so (an `error!` with the path, the token and how long
+/// the closure ran on after its term ended) and the election goes on: the node is released and
+/// the next leader starts while the stuck work still runs, which is what fencing is for.
+#[tokio::test]
+async fn a_closure_stuck_in_blocking_code_is_reported_when_aborted_and_the_next_term_starts() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let ss = sessions(server.connect_string(), 2).await;
+    let path = testing::unique_path("overrun");
+    let (logs, _guard) = LogCapture::start();
+    let grace = Duration::from_millis(300);
+    let stuck_for = Duration::from_secs(4);
+    let blocking_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = blocking_done.clone();
+    let stuck = LeaderSelector::builder(&ss[0], &path)
+        .id("stuck")
+        .grace(grace)
+        .start(move |_term: Leadership| {
+            let done = done.clone();
+            async move {
+                // Ignores its term's cancellation: a blocking call, awaited.
+                tokio::task::spawn_blocking(move || {
+                    std::thread::sleep(stuck_for);
+                    done.store(true, Ordering::SeqCst);
+                })
+                .await
+                .unwrap();
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .await
+        .unwrap();
+    let term = within(
+        BOUND,
+        "the stuck selector to lead",
+        stuck.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let history = History::default();
+    let next = LeaderSelector::builder(&ss[1], &path)
+        .id("next")
+        .start(holder("next", &history, Duration::from_secs(600)))
+        .await
+        .unwrap();
+    eventually(BOUND, "the next selector to queue", || {
+        let f = next.participants();
+        async move { f.await.ok().filter(|p| p.len() == 2) }
+    })
+    .await;
+
+    let interrupted = Instant::now();
+    stuck.interrupt_leadership();
+    let next_term = within(
+        BOUND,
+        "the next term to start after the stuck closure's abort",
+        next.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let took = interrupted.elapsed();
+    eprintln!(
+        "stuck closure: next term started {}ms after the interrupt (grace {}ms)",
+        ms(took),
+        ms(grace)
+    );
+    assert!(next_term.token() > term.token());
+    assert!(
+        !blocking_done.load(Ordering::SeqCst),
+        "the next term started while the stuck closure's blocking work still ran"
+    );
+    let report: Vec<String> = logs
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("ERROR") && l.contains("overran_ms="))
+        .collect();
+    assert_eq!(
+        report.len(),
+        1,
+        "one error! report of the overrun, with overran_ms; logs: {:#?}",
+        logs.lines()
+    );
+    assert!(
+        report[0].contains(&format!("token={}", term.token())) && report[0].contains(&path),
+        "the report names the token and the path: {}",
+        report[0]
+    );
+    // The application sees it too, without reading logs.
+    assert_eq!(stuck.overruns(), 1, "one overrun counted");
+    let overrun = stuck
+        .watch_overrun()
+        .borrow()
+        .clone()
+        .expect("the overrun is on the selector's watch");
+    assert_eq!(overrun.token, term.token());
+    assert_eq!(overrun.node, term.path());
+    assert_eq!(overrun.reason, Some(TermEnd::Interrupted));
+    assert_eq!(overrun.count, 1);
+    assert!(
+        overrun.overran >= grace,
+        "it ran on at least the grace period after its term ended: {:?}",
+        overrun.overran
+    );
+    assert_eq!(stuck.last_overrun(), Some(overrun));
+    next.close().await.unwrap();
+    stuck.close().await.unwrap();
+}
+
+/// A closure that never yields cannot even be aborted until it does. The selector must not wait
+/// for that (it would wedge the election for as long as the closure runs on): after the grace
+/// period it aborts, reports, releases the node, and the next term starts while the closure is
+/// still running on its worker thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closure_that_never_yields_does_not_hold_up_the_next_term() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let ss = sessions(server.connect_string(), 2).await;
+    let path = testing::unique_path("never-yields");
+    let grace = Duration::from_millis(300);
+    let stuck_for = Duration::from_secs(4);
+    let loop_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = loop_done.clone();
+    let stuck = LeaderSelector::builder(&ss[0], &path)
+        .id("spinning")
+        .grace(grace)
+        .start(move |_term: Leadership| {
+            let done = done.clone();
+            async move {
+                // Never yields: blocks its worker thread until it is done.
+                let until = Instant::now() + stuck_for;
+                while Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                done.store(true, Ordering::SeqCst);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .await
+        .unwrap();
+    let term = within(
+        BOUND,
+        "the spinning selector to lead",
+        stuck.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let history = History::default();
+    let next = LeaderSelector::builder(&ss[1], &path)
+        .id("next")
+        .start(holder("next", &history, Duration::from_secs(600)))
+        .await
+        .unwrap();
+    eventually(BOUND, "the next selector to queue", || {
+        let f = next.participants();
+        async move { f.await.ok().filter(|p| p.len() == 2) }
+    })
+    .await;
+
+    let interrupted = Instant::now();
+    stuck.interrupt_leadership();
+    let next_term = within(
+        BOUND,
+        "the next term to start after the spinning closure's abort",
+        next.await_leadership(),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "never-yielding closure: next term started {}ms after the interrupt (grace {}ms)",
+        ms(interrupted.elapsed()),
+        ms(grace)
+    );
+    assert!(next_term.token() > term.token());
+    assert!(
+        !loop_done.load(Ordering::SeqCst),
+        "the next term started only after the never-yielding closure finished by itself: \
+         the abort waited for it"
+    );
+    assert_eq!(stuck.overruns(), 1, "the abort was counted");
+    assert_eq!(
+        stuck.last_overrun().map(|o| o.token),
+        Some(term.token()),
+        "the overrun names the term"
+    );
+    next.close().await.unwrap();
+    stuck.close().await.unwrap();
 }

@@ -272,3 +272,71 @@ async fn deleting_the_holders_node_fires_lost() {
     assert!(!guard.is_held());
     guard.release().await.unwrap();
 }
+
+/// The window: `acquire` sees a hold only when its future runs, while the contender's task
+/// claims and holds on its own. A hold that ends in between (here a suspension, which ends it
+/// under the Standard policy) must not surface as `Error::Closed` on a healthy session: acquire
+/// queues again with a new node, as Curator's `acquire()` retries until its time runs out. The
+/// window is opened deterministically by polling the acquire once (which starts its contender)
+/// and not again until the hold is over.
+#[tokio::test]
+async fn a_hold_that_ends_before_acquire_returns_it_is_queued_for_again_not_closed() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let proxy = common::proxy_to(server).await;
+    let s = session(&proxy.connect_string(), Duration::from_secs(4)).await;
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("hold-ended-unseen");
+    let mutex = InterProcessMutex::builder(&s, &path)
+        .id("a")
+        .build()
+        .unwrap();
+
+    let acquire = mutex.acquire();
+    tokio::pin!(acquire);
+    assert!(
+        futures::poll!(&mut acquire).is_pending(),
+        "no hold before the node exists"
+    );
+    let first = eventually(BOUND, "the first node to be created", || {
+        let admin = admin.clone();
+        let path = path.clone();
+        async move { children(&admin, &path).await.into_iter().next() }
+    })
+    .await;
+    // The claim follows the create's reply with no request of its own: give the contender's
+    // task a moment to make it before the link is cut.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut states = common::StateRecorder::start(&s);
+    proxy.cut();
+    states
+        .expect(zookeeper_recipes::ConnectionState::Suspended, BOUND)
+        .await;
+    proxy.heal();
+    states
+        .expect(zookeeper_recipes::ConnectionState::Reconnected, BOUND)
+        .await;
+
+    let guard = within(
+        BOUND,
+        "acquire to return after the unseen hold ended",
+        &mut acquire,
+    )
+    .await
+    .expect("acquire on a healthy session returns a hold, not an error");
+    assert!(guard.is_held());
+    let node = guard.leadership().path().to_owned();
+    assert!(
+        !node.ends_with(&first),
+        "the hold is on a new node, not the one whose hold ended ({first})"
+    );
+    assert_eq!(
+        children(&admin, &path).await,
+        vec![node.rsplit('/').next().unwrap().to_owned()],
+        "the node of the ended hold was deleted before queueing again"
+    );
+    guard.release().await.unwrap();
+}

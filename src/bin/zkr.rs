@@ -3,16 +3,24 @@
 //! ```text
 //! zkr [--connect HOSTS] [--session-timeout DURATION] SUBCOMMAND
 //!
-//!   latch PATH [--id ID]                         join a LeaderLatch, print its events (stdout)
+//!   latch PATH [--id ID] [--error-policy P]      join a LeaderLatch, print its events (stdout)
 //!   participants PATH                            the election's participants, as a JSON array
 //!   leader PATH                                  the leader's id (an empty line when none)
 //!   watch PATH [--lock-name NAME]                follow who leads, print each change (stdout)
-//!   pool ROOT --jobs JOB,JOB... [--id ID]        be a member of a LeaderPool, print its events
-//!   run PATH [--id ID] [--requeue] [--grace D] -- CMD [ARGS...]
+//!   pool ROOT --jobs JOB,JOB... [--id ID] [--error-policy P]
+//!                                                be a member of a LeaderPool, print its events
+//!   run PATH [--id ID] [--requeue] [--grace D] [--error-policy P] -- CMD [ARGS...]
 //!                                                run CMD while leader (LeaderSelector)
-//!   lock PATH [--timeout D] [--id ID] [--grace D] -- CMD [ARGS...]
+//!   lock PATH [--timeout D] [--id ID] [--grace D] [--error-policy P] -- CMD [ARGS...]
 //!                                                run CMD while holding an InterProcessMutex
 //! ```
+//!
+//! `--error-policy` (`standard`, the default, or `session-expired`) is the recipe's
+//! [`ErrorPolicy`]: under `standard` a suspended connection ends the term at once (CMD is
+//! stopped); under `session-expired` only a lost session does, or the term's deadline passing
+//! (the session can no longer be proven alive), so a short suspension leaves the term and CMD
+//! alone. Use what the Curator services on the same path use. `watch`, `participants` and
+//! `leader` hold no term and do not take it.
 //!
 //! HOSTS defaults to `$ZK_CONNECT`, else `127.0.0.1:2181`; DURATION is humantime (`3s`,
 //! `500ms`), the session timeout defaults to 10 s. A PATH without a leading `/` is a name under
@@ -100,7 +108,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
@@ -111,9 +119,9 @@ use zookeeper_recipes::process::{
     self, CommandSpec, Outcome, ProcessError, ProcessEvent, ShimArgs, StopReason, SupervisedCommand,
 };
 use zookeeper_recipes::{
-    CloseMode, ConnectionState, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver,
-    LeaderPool, LeaderSelector, Leadership, ObserverEvent, PoolEvent, SelectorState, Session,
-    SessionStatus, leader_of, participants_on,
+    CloseMode, ConnectionState, ErrorPolicy, InterProcessMutex, LatchEvent, LeaderLatch,
+    LeaderObserver, LeaderPool, LeaderSelector, Leadership, ObserverEvent, PoolEvent,
+    SelectorState, Session, SessionStatus, leader_of, participants_on,
 };
 
 /// The connect string when neither `--connect` nor `$ZK_CONNECT` is given.
@@ -149,6 +157,8 @@ enum Command {
         /// Participant id [default: HOSTNAME-PID-RANDOM]
         #[arg(long, value_parser = parse_id)]
         id: Option<String>,
+        #[command(flatten)]
+        policy: PolicyArg,
     },
     /// Print the participants of a latch, selector or lock path as a JSON array, in election order
     Participants {
@@ -163,6 +173,10 @@ enum Command {
         path: String,
     },
     /// Follow who leads PATH without standing (a LeaderObserver); one JSON line per change
+    ///
+    /// Takes no --error-policy: an observer holds no term for a connection state to end. It
+    /// prints its own connection's state lines instead; after a `state` line other than
+    /// `reconnected`, the last leader line is unconfirmed until the next `reconnected`.
     Watch {
         /// Election path (absolute, or a name under /election)
         #[arg(value_parser = parse_path)]
@@ -188,6 +202,8 @@ enum Command {
         /// Member id [default: HOSTNAME-PID-RANDOM]
         #[arg(long, value_parser = parse_id)]
         id: Option<String>,
+        #[command(flatten)]
+        policy: PolicyArg,
     },
     /// Run CMD while leader (a LeaderSelector); stop it the moment leadership is lost
     Run(RunArgs),
@@ -218,6 +234,8 @@ struct SupervisedArgs {
         default_value = "5s"
     )]
     grace: Duration,
+    #[command(flatten)]
+    policy: PolicyArg,
     /// The command and its arguments (after `--`)
     #[arg(
         required = true,
@@ -250,6 +268,34 @@ struct LockArgs {
     timeout: Option<Duration>,
     #[command(flatten)]
     supervised: SupervisedArgs,
+}
+
+/// `--error-policy`, for the subcommands that hold a term.
+#[derive(Debug, Args)]
+struct PolicyArg {
+    /// Which connection states end a term: `standard` (a suspended connection already does,
+    /// Curator's default) or `session-expired` (only a lost session, or the term's deadline
+    /// passing, does)
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = Policy::Standard)]
+    error_policy: Policy,
+}
+
+/// The values of `--error-policy`: [`ErrorPolicy`]'s variants, as Curator names its policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Policy {
+    /// Curator's StandardConnectionStateErrorPolicy: SUSPENDED and LOST end a term
+    Standard,
+    /// Curator's SessionConnectionStateErrorPolicy: only LOST ends a term
+    SessionExpired,
+}
+
+impl PolicyArg {
+    fn policy(&self) -> ErrorPolicy {
+        match self.error_policy {
+            Policy::Standard => ErrorPolicy::Standard,
+            Policy::SessionExpired => ErrorPolicy::SessionExpired,
+        }
+    }
 }
 
 fn parse_path(s: &str) -> Result<String, String> {
@@ -317,10 +363,17 @@ async fn async_main(cli: Cli) -> ExitCode {
         .or_else(|| std::env::var("ZK_CONNECT").ok().filter(|h| !h.is_empty()))
         .unwrap_or_else(|| DEFAULT_CONNECT.to_owned());
     let result = match cli.command {
-        Command::Latch { path, id } => latch(&hosts, cli.session_timeout, path, id).await,
+        Command::Latch { path, id, policy } => {
+            latch(&hosts, cli.session_timeout, path, id, policy.policy()).await
+        }
         Command::Participants { path } => participants(&hosts, cli.session_timeout, &path).await,
         Command::Leader { path } => leader(&hosts, cli.session_timeout, &path).await,
-        Command::Pool { root, jobs, id } => pool(&hosts, cli.session_timeout, root, jobs, id).await,
+        Command::Pool {
+            root,
+            jobs,
+            id,
+            policy,
+        } => pool(&hosts, cli.session_timeout, root, jobs, id, policy.policy()).await,
         Command::Watch { path, lock_name } => {
             watch(&hosts, cli.session_timeout, path, lock_name).await
         }
@@ -567,10 +620,13 @@ async fn latch(
     session_timeout: Duration,
     path: String,
     id: Option<String>,
+    policy: ErrorPolicy,
 ) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
     let session = connect(hosts, session_timeout).await?;
-    let mut builder = LeaderLatch::builder(&session, &path).close_mode(CloseMode::NotifyLeader);
+    let mut builder = LeaderLatch::builder(&session, &path)
+        .close_mode(CloseMode::NotifyLeader)
+        .error_policy(policy);
     if let Some(id) = id {
         builder = builder.id(id);
     }
@@ -699,10 +755,13 @@ async fn pool(
     root: String,
     jobs: Vec<String>,
     id: Option<String>,
+    policy: ErrorPolicy,
 ) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
     let session = connect(hosts, session_timeout).await?;
-    let mut builder = LeaderPool::builder(&session, &root).jobs(jobs);
+    let mut builder = LeaderPool::builder(&session, &root)
+        .jobs(jobs)
+        .error_policy(policy);
     if let Some(id) = id {
         builder = builder.id(id);
     }
@@ -997,7 +1056,8 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
     let (term_tx, mut term_rx) = mpsc::channel::<(Leadership, oneshot::Sender<()>)>(1);
     let mut builder = LeaderSelector::builder(&session, &args.path)
         .auto_requeue(args.requeue)
-        .grace(args.supervised.grace * 2 + Duration::from_secs(5));
+        .grace(args.supervised.grace * 2 + Duration::from_secs(5))
+        .error_policy(args.supervised.policy.policy());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }
@@ -1109,7 +1169,8 @@ async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
     let session = connect(hosts, session_timeout).await?;
-    let mut builder = InterProcessMutex::builder(&session, &args.path);
+    let mut builder = InterProcessMutex::builder(&session, &args.path)
+        .error_policy(args.supervised.policy.policy());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }

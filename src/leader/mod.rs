@@ -13,5 +13,5 @@ pub use latch::{CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder};
 pub use observer::{LeaderInfo, LeaderObserver, LeaderObserverBuilder, ObserverEvent};
 pub use pool::{Assignment, LeaderPool, LeaderPoolBuilder, PoolEvent};
 pub use selector::{
-    BoxError, LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener, SelectorState,
+    BoxError, LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener, Overrun, SelectorState,
 };

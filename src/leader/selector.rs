@@ -1,8 +1,9 @@
 #![doc = include_str!("../../recipes/leader-selector.md")]
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use tokio::sync::{Notify, watch};
@@ -12,7 +13,7 @@ use tracing::{Instrument, error, info, info_span, instrument, warn};
 use crate::acl::NodeAcl;
 use crate::contender::{self, Contender, ContenderSpec, Participant, TermEnd, TermMode};
 use crate::error::{Error, Result};
-use crate::fencing::Leadership;
+use crate::fencing::{FencingToken, Leadership};
 use crate::path::{self, MUTEX_LOCK_NAME};
 use crate::session::Session;
 use crate::state::ErrorPolicy;
@@ -31,7 +32,14 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// # Curator
 /// `LeaderSelectorListener.takeLeadership(client)`: leadership lasts until it returns. A term
 /// that ends early (see [`Leadership::cancelled`]) is Curator's `CancelLeadershipException`:
-/// stop promptly, the selector waits at most its grace period.
+/// stop promptly, the selector waits at most its grace period, then aborts the task.
+///
+/// # Work that outlives the term
+/// The abort cannot stop blocking code (a `std::thread::sleep`, a synchronous call, a
+/// `spawn_blocking` it awaits, a loop that never yields) nor tasks the closure spawned: they run
+/// on while the node is deleted and the next leader starts. Fence every write with the term's
+/// token so that the resource refuses them; the selector reports each such abort
+/// ([`LeaderSelector::overruns`], [`Overrun`], an `error!` event).
 pub trait LeaderSelectorListener: Send + Sync + 'static {
     /// Runs while leader; the term is relinquished when the returned future completes.
     fn take_leadership(
@@ -81,7 +89,12 @@ impl LeaderSelectorBuilder {
         self
     }
 
-    /// How long a closure may run on after its term ended before it is aborted (default 5 s).
+    /// How long a closure may run on after its term ended before its task is aborted (default
+    /// 5 s).
+    ///
+    /// The abort stops the closure at its next `.await` only: blocking code and work it spawned
+    /// run on while the node is released and the next leader starts. Such an abort is reported
+    /// (`error!`, [`LeaderSelector::overruns`]); fencing is what protects the resource then.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self
@@ -137,6 +150,8 @@ impl LeaderSelectorBuilder {
             leadership_tx,
             state_tx,
             failure: std::sync::OnceLock::new(),
+            overruns: AtomicU64::new(0),
+            overrun_tx: watch::channel(None).0,
         });
         let span = info_span!(parent: None, "selector", path = %self.path, id = %id);
         let task = runtime.spawn(run(Arc::clone(&shared), Arc::new(listener)).instrument(span));
@@ -166,6 +181,31 @@ pub enum SelectorState {
     Failed,
 }
 
+/// A leadership closure that was still running when its term had ended and the grace period
+/// had run out, so its task was aborted (see [`LeaderSelector::last_overrun`]).
+///
+/// The abort stops the closure at its next `.await` at the earliest. Blocking code (a
+/// `std::thread::sleep`, a `spawn_blocking` it awaits, a loop that never yields) and tasks it
+/// spawned may run on after the abort, while the node is released and the next leader starts:
+/// that is when the term's [fencing token](crate::FencingToken) is what protects the resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Overrun {
+    /// The token of the term the closure overran.
+    pub token: FencingToken,
+    /// The full path of that term's node.
+    pub node: String,
+    /// Why the term ended (`None` if it had not been marked ended yet: the selector was
+    /// closing).
+    pub reason: Option<TermEnd>,
+    /// How long the closure ran on after its term ended before its task was aborted: the grace
+    /// period, plus any delay in noticing the end.
+    pub overran: Duration,
+    /// The number of this overrun in the selector's life (1 for the first):
+    /// [`LeaderSelector::overruns`] when it was reported.
+    pub count: u64,
+}
+
 struct Shared {
     session: Session,
     path: String,
@@ -183,6 +223,10 @@ struct Shared {
     state_tx: watch::Sender<SelectorState>,
     /// Why the selector stopped by itself, set before its state turns `Failed`.
     failure: std::sync::OnceLock<Error>,
+    /// How many closures were aborted after overrunning their grace period.
+    overruns: AtomicU64,
+    /// The last of them.
+    overrun_tx: watch::Sender<Option<Overrun>>,
 }
 
 /// Curator's `LeaderSelector`: run a closure while leader; leadership ends when it returns.
@@ -315,6 +359,26 @@ impl LeaderSelector {
         })
         .await
         .map_err(|e| self.failure().unwrap_or(e))
+    }
+
+    /// How many leadership closures this selector aborted because they were still running when
+    /// their term had ended and the grace period had run out. Each one may have left blocking
+    /// work or spawned tasks running (see [`Overrun`]); a count that grows is a bug to fix in
+    /// the closure. Every overrun is also logged with `error!`.
+    pub fn overruns(&self) -> u64 {
+        self.shared.overruns.load(Ordering::Acquire)
+    }
+
+    /// The last overrun, if any (see [`overruns`](Self::overruns)).
+    pub fn last_overrun(&self) -> Option<Overrun> {
+        self.shared.overrun_tx.borrow().clone()
+    }
+
+    /// A watch of the last overrun: changes with every closure aborted after its grace period,
+    /// for an application that alerts on it or stops writing through anything the closure
+    /// may still hold.
+    pub fn watch_overrun(&self) -> watch::Receiver<Option<Overrun>> {
+        self.shared.overrun_tx.subscribe()
     }
 
     /// Why the selector stopped by itself ([`Error::Refused`], [`Error::SequenceExhausted`]), if it did.
@@ -473,6 +537,7 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
         None => {
             // The term is over (or the selector is closing): the closure sees its token fire
             // and gets the grace period to return.
+            let waiting_since = Instant::now();
             if shared.stop.is_cancelled()
                 && let Ok(current) = shared.current.lock()
                 && let Some(c) = current.as_ref()
@@ -482,10 +547,7 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
             match tokio::time::timeout(shared.grace, &mut task).await {
                 Ok(r) => r,
                 Err(_) => {
-                    warn!(token = %term.token(), grace_ms = shared.grace.as_millis() as u64,
-                        "leadership closure did not return within the grace period after its term ended; aborting it");
-                    task.abort();
-                    let _ = task.await;
+                    abort_overrun(shared, term, task, waiting_since);
                     shared.leadership_tx.send_replace(None);
                     return;
                 }
@@ -509,6 +571,56 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
     shared.leadership_tx.send_replace(None);
 }
 
+/// The grace period ran out with the closure still running: abort its task, and report that
+/// this may not stop it. `abort` only takes effect at the closure's next `.await`; blocking code
+/// (a `std::thread::sleep`, a `spawn_blocking` it awaits, a loop that never yields) and tasks it
+/// spawned run on. The node is released right after this and the next leader starts, so from
+/// here on only fencing protects the resource. Not awaited: waiting for a closure that never
+/// yields would hold up the election for as long as it runs.
+fn abort_overrun(
+    shared: &Shared,
+    term: &Leadership,
+    task: tokio::task::JoinHandle<TaskResult>,
+    waiting_since: Instant,
+) {
+    let ended = term.ended_at().unwrap_or(waiting_since);
+    let overran = ended.elapsed();
+    task.abort();
+    let count = shared.overruns.fetch_add(1, Ordering::AcqRel) + 1;
+    let reason = term.end_reason();
+    error!(path = %shared.path, node = %term.path(), token = %term.token(),
+        session_id = %format_args!("{:#x}", term.session_id()),
+        reason = %reason.map_or("unknown", TermEnd::as_str),
+        overran_ms = u64::try_from(overran.as_millis()).unwrap_or(u64::MAX),
+        grace_ms = u64::try_from(shared.grace.as_millis()).unwrap_or(u64::MAX),
+        overruns = count,
+        "leadership closure still running after its term ended and the grace period ran out; \
+         aborting its task, but blocking code and tasks it spawned may run on while the node is \
+         released and the next leader starts: only fencing protects the resource now");
+    shared.overrun_tx.send_replace(Some(Overrun {
+        token: term.token(),
+        node: term.path().to_owned(),
+        reason,
+        overran,
+        count,
+    }));
+    let path = shared.path.clone();
+    let token = term.token();
+    let aborted = Instant::now();
+    tokio::spawn(
+        async move {
+            let _ = task.await;
+            warn!(path = %path, token = %token,
+                after_abort_ms = u64::try_from(aborted.elapsed().as_millis()).unwrap_or(u64::MAX),
+                "the overrunning leadership closure's task has stopped (work it spawned may not have)");
+        }
+        .in_current_span(),
+    );
+}
+
+/// What the closure's task returns: its own result, or the panic it caught.
+type TaskResult = std::thread::Result<std::result::Result<(), BoxError>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,6 +630,7 @@ mod tests {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<LeaderSelector>();
         assert_send_sync::<LeaderSelectorBuilder>();
+        assert_send_sync::<Overrun>();
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::instrument;
+use tracing::{instrument, warn};
 
 use crate::acl::NodeAcl;
 use crate::contender::{self, Contender, ContenderSpec, Participant, Phase, TermMode};
@@ -141,6 +141,12 @@ impl InterProcessMutex {
 
     /// Waits until the lock is held and returns the guard.
     ///
+    /// A hold that ends before this returns it (the connection suspended under the Standard
+    /// policy, the hold's deadline passed, its node deleted by someone else, all between the
+    /// claim and the moment this future runs) is not an error: its node is deleted and the
+    /// acquire queues again with a new one, as Curator's `acquire()` retries. See the spec's
+    /// "A hold that ends before acquire returns it".
+    ///
     /// # Errors
     /// [`Error::Closed`] when the session is closed while waiting; [`Error::Refused`] when the
     /// server refused the node for good (no permission on the lock path, an ephemeral lock path,
@@ -152,13 +158,18 @@ impl InterProcessMutex {
     /// its create is still in flight.
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn acquire(&self) -> Result<MutexGuard> {
-        let contender = self.contender()?;
-        let hold = contender.await_term().await?;
-        Ok(MutexGuard { contender, hold })
+        match self.acquire_until(None).await? {
+            Some(guard) => Ok(guard),
+            // Without a deadline the wait only ends with a hold or an error.
+            None => Err(Error::Closed),
+        }
     }
 
     /// Waits at most `timeout` for the lock: `None` when it was not acquired in time (the node is
     /// deleted before this returns).
+    ///
+    /// A hold that ends before this returns it is queued for again within the same `timeout`,
+    /// as for [`acquire`](Self::acquire).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -170,22 +181,67 @@ impl InterProcessMutex {
     /// `acquire(time, unit)`.
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        let contender = self.contender()?;
-        match tokio::time::timeout(timeout, contender.await_term()).await {
-            Ok(Ok(hold)) => Ok(Some(MutexGuard { contender, hold })),
-            Ok(Err(e)) => {
-                contender.close().await;
-                Err(e)
-            }
-            Err(_) => {
-                contender.close().await;
-                Ok(None)
+        self.acquire_until(Some(tokio::time::Instant::now() + timeout))
+            .await
+    }
+
+    /// Queues until a hold is seen running, the deadline passes (`None`), or an error that
+    /// waiting does not cure. A hold that ended before it was seen is queued for again.
+    async fn acquire_until(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<MutexGuard>> {
+        loop {
+            let contender = self.contender()?;
+            let outcome = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, contender.await_term())
+                    .await
+                    .ok(),
+                None => Some(contender.await_term().await),
+            };
+            match outcome {
+                Some(Ok(hold)) => return Ok(Some(MutexGuard { contender, hold })),
+                None => {
+                    contender.close().await;
+                    return Ok(None);
+                }
+                Some(Err(e)) => {
+                    let requeue = self.hold_ended_unseen(&contender);
+                    contender.close().await;
+                    if !requeue {
+                        return Err(e);
+                    }
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        // The deletion used up the rest of the time: no new node for nothing.
+                        return Ok(None);
+                    }
+                }
             }
         }
     }
 
+    /// Whether a wait on `contender` failed only because its hold ended before the caller saw
+    /// it, on a session that is still open: its one term is over ([`Phase::Ended`], which only
+    /// a term that ran reaches), it did not stop for good, and nobody closed it. Then queueing
+    /// again is what the caller asked for; anything else is reported as it is.
+    fn hold_ended_unseen(&self, contender: &Contender) -> bool {
+        let ended = *contender.phase().borrow() == Phase::Ended;
+        let unseen = ended
+            && contender.failure().is_none()
+            && !contender.is_stopped()
+            && !self.session.status().closed;
+        if unseen {
+            warn!(path = %self.path, id = %self.id,
+                session_id = %self.session.session_id().map(crate::session::hex).unwrap_or_default(),
+                "the hold ended before acquire could return it; deleting its node and queueing again");
+        }
+        unseen
+    }
+
     /// Takes the lock only if nobody holds it or waits for it: queues a node, looks once, and
     /// withdraws when it is not first. Waits for a connection at most the connection timeout.
+    /// When the lock was free but the hold ended before this could return it (see
+    /// [`acquire`](Self::acquire)), it deletes that node and looks again with a new one.
     ///
     /// # Errors
     /// [`Error::Timeout`] when no connection came in time; as [`acquire`](Self::acquire).
@@ -194,28 +250,40 @@ impl InterProcessMutex {
     /// As [`acquire`](Self::acquire).
     #[instrument(skip_all, fields(path = %self.path, id = %self.id))]
     pub async fn try_acquire(&self) -> Result<Option<MutexGuard>> {
-        let contender = self.contender()?;
-        let mut phase = contender.phase();
-        let bound = self.session.connection_timeout();
-        let decided = phase.wait_for(|p| !matches!(p, Phase::Joining));
-        let outcome = match tokio::time::timeout(bound, decided).await {
-            Err(_) => Err(Error::Timeout(bound)),
-            Ok(Err(_)) => Err(Error::Closed),
-            Ok(Ok(p)) => Ok(p.clone()),
-        };
-        match outcome {
-            Ok(Phase::Leading) => {
-                let hold = contender.await_term().await?;
-                Ok(Some(MutexGuard { contender, hold }))
-            }
-            Ok(Phase::Done) if contender.failure().is_some() => Err(contender.end_error()),
-            Ok(_) => {
-                contender.close().await;
-                Ok(None)
-            }
-            Err(e) => {
-                contender.close().await;
-                Err(e)
+        loop {
+            let contender = self.contender()?;
+            let mut phase = contender.phase();
+            let bound = self.session.connection_timeout();
+            let decided = phase.wait_for(|p| !matches!(p, Phase::Joining));
+            let outcome = match tokio::time::timeout(bound, decided).await {
+                Err(_) => Err(Error::Timeout(bound)),
+                Ok(Err(_)) => Err(Error::Closed),
+                Ok(Ok(p)) => Ok(p.clone()),
+            };
+            match outcome {
+                Ok(Phase::Leading | Phase::Ended) => match contender.await_term().await {
+                    Ok(hold) => return Ok(Some(MutexGuard { contender, hold })),
+                    Err(e) => {
+                        // The lock was free, but the hold ended before it could be returned:
+                        // look again with a new node, as acquire does.
+                        let requeue = self.hold_ended_unseen(&contender);
+                        contender.close().await;
+                        if !requeue {
+                            return Err(e);
+                        }
+                    }
+                },
+                Ok(Phase::Done) if contender.failure().is_some() => {
+                    return Err(contender.end_error());
+                }
+                Ok(_) => {
+                    contender.close().await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    contender.close().await;
+                    return Err(e);
+                }
             }
         }
     }
