@@ -38,7 +38,7 @@ import org.apache.zookeeper.KeeperException;
  *
  * <pre>
  * java -cp &lt;classes&gt;:&lt;jars&gt; CuratorBench [--connect HOSTS] &lt;workload&gt; &lt;args&gt;
- *   handover N R | join N | lock C S | many N
+ *   handover N R | join N | lock C S | many N | idle N [T]
  * </pre>
  *
  * <p>HOSTS defaults to {@code $ZK_CONNECT}; there is no embedded server here (start one with
@@ -46,8 +46,9 @@ import org.apache.zookeeper.KeeperException;
  * nothing else does; bad arguments exit with status 2.
  *
  * <p>Where the Rust bench has one {@code Session} per candidate or client, this has one
- * {@code CuratorFramework} (one ZooKeeper session) per candidate or client; {@code many} runs on
- * one framework. The workloads, the warm-up, the session timeout (60 s) and the request counting
+ * {@code CuratorFramework} (one ZooKeeper session) per candidate or client; {@code many} and
+ * {@code idle} run on one framework. The workloads, the warm-up, the session timeout (60 s; for
+ * {@code idle} T seconds, default 10) and the request counting
  * (zk_packets_received of {@code mntr}, less what one read adds, calibrated with back-to-back
  * reads, less the background of an adjacent control window, read 10 ms after the window's end)
  * are exactly those of the module docs of {@code examples/bench.rs}; the constants below have
@@ -61,6 +62,10 @@ import org.apache.zookeeper.KeeperException;
  * with its getChildren, and the handover counts three packets instead of two (in this bench: with
  * 200 candidates or more, once the first rounds are over). That ping is part of what a Curator
  * handover costs the server, so it is counted.
+ *
+ * <p>Those pings are all that {@code idle} sees: a leading Curator latch sends nothing, and the
+ * client pings once it has sent nothing for about a third of the negotiated timeout, whatever the
+ * number of latches. (The Rust session sends a {@code sync} every eighth of it instead.)
  */
 public final class CuratorBench {
     private static final String USAGE = String.join("\n",
@@ -70,6 +75,7 @@ public final class CuratorBench {
             "  join N         N connected clients start one LeaderLatch each on one empty path at once",
             "  lock C S       C clients acquire+release one InterProcessMutex for S seconds",
             "  many N         N LeaderLatches on one client, on N paths",
+            "  idle N [T]     N leading LeaderLatches on one client (timeout T s, default 10): packets/s",
             "",
             "HOSTS defaults to $ZK_CONNECT (start a server with `cargo run --release --example bench -- server`).",
             "Figures go to stdout as `name value unit`, one per line; everything else goes to stderr.");
@@ -86,6 +92,9 @@ public final class CuratorBench {
     private static final long WAIT_S = 120;
     private static final long POLL_NS = 50_000;
     private static final int CONNECTS_IN_FLIGHT = 32;
+    private static final int IDLE_TIMEOUT_S = 10;
+    private static final long IDLE_SETTLE_MS = 2_000;
+    private static final long IDLE_WINDOW_MS = 10_000;
     private static final String ROOT = "/zkr-bench";
 
     /** A bad command line: usage and exit status 2. */
@@ -151,6 +160,14 @@ public final class CuratorBench {
             case "many":
                 expect(name, p, 1, "N");
                 many(connect(connect), number(p[0], "N (latches)", 1));
+                break;
+            case "idle":
+                if (p.length < 1 || p.length > 2) {
+                    throw new UsageError("`" + name + "` takes N [T], got " + Arrays.toString(p));
+                }
+                int latches = number(p[0], "N (latches)", 1);
+                int timeoutS = p.length == 2 ? number(p[1], "T (session timeout, seconds)", 1) : IDLE_TIMEOUT_S;
+                idle(connect(connect), latches, timeoutS);
                 break;
             case "server":
                 throw new UsageError("no embedded server on the Curator side: use `bench server`");
@@ -316,9 +333,13 @@ public final class CuratorBench {
     // ---- clients and paths -------------------------------------------------------------------
 
     private static CuratorFramework newClient(String connect) {
+        return newClient(connect, SESSION_TIMEOUT_MS);
+    }
+
+    private static CuratorFramework newClient(String connect, int sessionTimeoutMs) {
         CuratorFramework client = CuratorFrameworkFactory.builder()
                 .connectString(connect)
-                .sessionTimeoutMs(SESSION_TIMEOUT_MS)
+                .sessionTimeoutMs(sessionTimeoutMs)
                 .connectionTimeoutMs(CONNECTION_TIMEOUT_MS)
                 .retryPolicy(new ExponentialBackoffRetry(100, 3))
                 .build();
@@ -598,20 +619,19 @@ public final class CuratorBench {
         closeAll(clients);
     }
 
-    private static void many(String connect, int n) throws Exception {
-        CuratorFramework client = newClient(connect);
-        connected(client);
-        String parent = freshPath("many");
-        ensurePath(client, parent);
-        long rssBefore = rssKb();
-        long t0 = System.nanoTime();
+    /**
+     * Starts n latches on client, one on each of the fresh paths parent/e0 .. parent/e(n-1)
+     * (parent exists), all at once, and returns them once every one has its node.
+     */
+    private static List<LeaderLatch> startLatches(CuratorFramework client, String parent, int n) throws Exception {
         List<LeaderLatch> latches = new ArrayList<>(n);
         for (int i = 0; i < n; i++) {
+            // start() only queues the create in the background: the n creates are in flight together.
             LeaderLatch latch = new LeaderLatch(client, parent + "/e" + i, "curator-" + i);
             latch.start();
             latches.add(latch);
         }
-        long done = waitUntil(n + " latches on one client did not all join under " + parent, () -> {
+        waitUntil(n + " latches on one client did not all join under " + parent, () -> {
             for (LeaderLatch l : latches) {
                 if (l.getOurPath() == null) {
                     return false;
@@ -619,10 +639,63 @@ public final class CuratorBench {
             }
             return true;
         });
+        return latches;
+    }
+
+    private static void many(String connect, int n) throws Exception {
+        CuratorFramework client = newClient(connect);
+        connected(client);
+        String parent = freshPath("many");
+        ensurePath(client, parent);
+        long rssBefore = rssKb();
+        long t0 = System.nanoTime();
+        List<LeaderLatch> latches = startLatches(client, parent, n);
+        long done = System.nanoTime();
         long rssAfter = rssKb();
         System.err.println("CuratorBench: many N=" + n + ": RSS " + rssBefore + " kB before, " + rssAfter + " kB after");
         figure("many_start_ms", fixed((done - t0) / 1e6, 3), "ms");
         figure("rss_kb_per_latch", fixed((rssAfter - rssBefore) / (double) n, 2), "kb");
+
+        for (LeaderLatch l : latches) {
+            l.close();
+        }
+        client.close();
+    }
+
+    private static void idle(String connect, int n, int timeoutS) throws Exception {
+        Packets packets = Packets.calibrate(connect);
+        int timeoutMs = Math.multiplyExact(timeoutS, 1000);
+        CuratorFramework client = newClient(connect, timeoutMs);
+        connected(client);
+        String parent = freshPath("idle");
+        ensurePath(client, parent);
+        long t0 = System.nanoTime();
+        List<LeaderLatch> latches = startLatches(client, parent, n);
+        long led = waitUntil(n + " latches on one client did not all lead under " + parent, () -> {
+            for (LeaderLatch l : latches) {
+                if (!l.hasLeadership()) {
+                    return false;
+                }
+            }
+            return true;
+        });
+        int negotiated = client.getZookeeperClient().getZooKeeper().getSessionTimeout();
+        System.err.println("CuratorBench: idle N=" + n + ": all lead after " + fixed((led - t0) / 1e6, 1)
+                + " ms (session timeout " + timeoutMs + " ms asked, " + negotiated + " ms negotiated)");
+
+        Thread.sleep(IDLE_SETTLE_MS);
+        Reading start = packets.read();
+        Thread.sleep(IDLE_WINDOW_MS);
+        Reading end = packets.read();
+        long leading = latches.stream().filter(LeaderLatch::hasLeadership).count();
+        if (leading != n) {
+            throw new IllegalStateException("only " + leading + " of " + n + " latches still lead after the window");
+        }
+        double secs = (end.at - start.at) / 1e9;
+        double received = Math.max((end.packets - start.packets) - packets.perRead, 0);
+        System.err.println("CuratorBench: idle N=" + n + ": " + (end.packets - start.packets) + " packets in "
+                + fixed(secs, 3) + " s, less " + packets.perRead + " for the closing read");
+        figure("idle_packets_per_s", fixed(secs > 0 ? received / secs : Double.NaN, 2), "packets/s");
 
         for (LeaderLatch l : latches) {
             l.close();

@@ -5,6 +5,8 @@
 #
 #   bench/compare.sh                        the default workloads (below)
 #   bench/compare.sh "handover 5 20" ...    these workloads instead, each on both sides
+#   bench/compare.sh "idle 1" "idle 1000"   (`idle N [T]`: N leading latches on one session of
+#                                           timeout T s, default 10: the server's packets/s)
 #
 # The ZooKeeper is the Rust bench's embedded server (`bench server`: standalone, tickTime 500,
 # fsync on), started once and stopped at the end. Each workload runs on Rust, then on Curator.
@@ -35,6 +37,9 @@ else
         "lock 1 10"
         "lock 4 10"
         "many 1000"
+        "idle 1"
+        "idle 100"
+        "idle 1000"
     )
 fi
 timeout_s=${BENCH_TIMEOUT:-900}
@@ -151,6 +156,7 @@ figures_of() {
         join) echo join_all_ms join_requests ;;
         lock) echo lock_ops_per_s ;;
         many) echo many_start_ms rss_kb_per_latch ;;
+        idle) echo idle_packets_per_s ;;
     esac
 }
 better_of() {

@@ -1,6 +1,7 @@
-//! The benchmark: leader handover, joins, mutex throughput and many latches on one session, with
-//! the server-side request counts. `bench/CuratorBench.java` runs the same workloads on Apache
-//! Curator, and `bench/compare.sh` runs both against one server and prints them side by side.
+//! The benchmark: leader handover, joins, mutex throughput, many latches on one session and what
+//! they cost the server while idle, with the server-side request counts.
+//! `bench/CuratorBench.java` runs the same workloads on Apache Curator, and `bench/compare.sh`
+//! runs both against one server and prints them side by side.
 //!
 //! ```text
 //! cargo run --release --example bench -- [--connect HOSTS] <workload> <args>
@@ -9,6 +10,7 @@
 //!   join N         N connected sessions start one LeaderLatch each on one empty path at once
 //!   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
 //!   many N         N LeaderLatches on one session, on N paths
+//!   idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
 //!   floor R        the server's own floor for a handover: R rounds of the same requests, raw
 //!   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 //! ```
@@ -67,6 +69,15 @@
 //!   started at once. `many_start_ms` is the time until every latch has its node;
 //!   `rss_kb_per_latch` is the growth of this process's resident set (`VmRSS` of
 //!   `/proc/self/status`) from before the first start to then, divided by N.
+//! - `idle N [T]`: what a session holding N leaderships costs the server while nothing happens.
+//!   One session with session timeout T seconds (default 10; the server may lower or raise it,
+//!   the negotiated value is printed on stderr); N latches on N fresh paths started at once as in
+//!   `many`, so each leads alone. 2 s after the last one leads, the packets the server receives in
+//!   the next 10 s, per second: `idle_packets_per_s`. The idle traffic is what is measured, so no
+//!   background is taken out, only the window's closing `mntr` read (`per_read`, below): on a
+//!   server with no other client (as under `bench/compare.sh`) it is this session's heartbeats,
+//!   one `sync` every eighth of the negotiated timeout whatever N (each latch watches its own
+//!   node rather than being polled). Every latch must still lead when the window ends.
 //!
 //! # Counting requests
 //!
@@ -119,6 +130,7 @@ usage: bench [--connect HOSTS] <workload> <args>
   join N         N connected sessions start one LeaderLatch each on one empty path at once
   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
   many N         N LeaderLatches on one session, on N paths
+  idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
   floor R        R rounds of a handover's requests on the raw client: the server's floor
   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 
@@ -147,6 +159,12 @@ const CALIBRATION_READS: usize = 21;
 const WAIT: Duration = Duration::from_secs(120);
 /// How many sessions connect at the same time.
 const CONNECTS_IN_FLIGHT: usize = 32;
+/// The session timeout of `idle` when none is given.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `idle` waits after every latch leads before its window opens.
+const IDLE_SETTLE: Duration = Duration::from_secs(2);
+/// The window in which `idle` counts the server's packets.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
 /// The parent of every path the bench uses.
 const ROOT: &str = "/zkr-bench";
 
@@ -157,6 +175,7 @@ enum Workload {
     Join { candidates: usize },
     Lock { clients: usize, seconds: u64 },
     Many { latches: usize },
+    Idle { latches: usize, timeout: Duration },
     Floor { rounds: usize },
     Server,
 }
@@ -233,6 +252,19 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 latches: count(0, "N (latches)", 1)?,
             }
         }
+        "idle" => {
+            if !(1..=2).contains(&params.len()) {
+                return Err(format!("`{name}` takes N [T], got {params:?}"));
+            }
+            Workload::Idle {
+                latches: count(0, "N (latches)", 1)?,
+                timeout: if params.len() == 2 {
+                    Duration::from_secs(positive(1, "T (session timeout, seconds)", 1)?)
+                } else {
+                    IDLE_TIMEOUT
+                },
+            }
+        }
         "floor" => {
             expect(1, "R")?;
             Workload::Floor {
@@ -291,6 +323,17 @@ fn window_requests(control: (Reading, Reading), end: Reading, per_read: f64) -> 
     };
     let counted = end.packets.saturating_sub(start.packets) as f64 - per_read;
     (counted - background, background)
+}
+
+/// The packets a second from `start` to `end`, less what the closing read adds.
+fn packets_per_second(start: Reading, end: Reading, per_read: f64) -> f64 {
+    let packets = end.packets.saturating_sub(start.packets) as f64 - per_read;
+    let secs = end.at.saturating_duration_since(start.at).as_secs_f64();
+    if secs > 0.0 {
+        packets.max(0.0) / secs
+    } else {
+        f64::NAN
+    }
 }
 
 /// Counts server-side requests with `mntr` (see the module docs).
@@ -371,8 +414,12 @@ fn embedded_server() -> TestingServerBuilder {
 }
 
 async fn connect_one(connect: &str) -> Result<Session> {
+    connect_with_timeout(connect, SESSION_TIMEOUT).await
+}
+
+async fn connect_with_timeout(connect: &str, session_timeout: Duration) -> Result<Session> {
     Ok(Session::builder(connect)
-        .session_timeout(SESSION_TIMEOUT)
+        .session_timeout(session_timeout)
         .connect()
         .await?)
 }
@@ -727,27 +774,35 @@ async fn lock(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<()> {
     Ok(())
 }
 
-async fn many(target: &ZooKeeper, latches: usize) -> Result<()> {
-    let session = connect_one(target.connect_string()).await?;
-    let parent = fresh_path("many");
-    ensure_path(&session, &parent).await?;
-    let rss_before = rss_kb()?;
-    let t0 = Instant::now();
-    let mut started = Vec::with_capacity(latches);
-    for i in 0..latches {
+/// Starts `n` latches on `session`, one on each of the fresh paths `parent/e0` .. `parent/e{n-1}`
+/// (`parent` exists), all at once, and returns them once every one has its node.
+async fn start_latches(session: &Session, parent: &str, n: usize) -> Result<Vec<LeaderLatch>> {
+    let mut started = Vec::with_capacity(n);
+    for i in 0..n {
+        // `start` only spawns the latch's task: the n creates are in flight together.
         started.push(
-            LeaderLatch::builder(&session, format!("{parent}/e{i}"))
+            LeaderLatch::builder(session, format!("{parent}/e{i}"))
                 .id(format!("rust-{i}"))
                 .start()
                 .await?,
         );
     }
     let joined = bounded(
-        || format!("{latches} latches on one session did not all join under {parent}"),
+        || format!("{n} latches on one session did not all join under {parent}"),
         futures::future::join_all(started.iter().map(|l| l.wait_joined(WAIT))),
     )
     .await?;
     joined.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(started)
+}
+
+async fn many(target: &ZooKeeper, latches: usize) -> Result<()> {
+    let session = connect_one(target.connect_string()).await?;
+    let parent = fresh_path("many");
+    ensure_path(&session, &parent).await?;
+    let rss_before = rss_kb()?;
+    let t0 = Instant::now();
+    let started = start_latches(&session, &parent, latches).await?;
     let elapsed = t0.elapsed();
     let rss_after = rss_kb()?;
     eprintln!("bench: many N={latches}: RSS {rss_before} kB before, {rss_after} kB after");
@@ -768,6 +823,54 @@ async fn many(target: &ZooKeeper, latches: usize) -> Result<()> {
     for latch in &started {
         latch.close().await?;
     }
+    session.close().await?;
+    Ok(())
+}
+
+async fn idle(target: &ZooKeeper, latches: usize, timeout: Duration) -> Result<()> {
+    let packets = Packets::calibrate(first_host(target.connect_string())).await?;
+    let session = connect_with_timeout(target.connect_string(), timeout).await?;
+    let parent = fresh_path("idle");
+    ensure_path(&session, &parent).await?;
+    let t0 = Instant::now();
+    let started = start_latches(&session, &parent, latches).await?;
+    let led = bounded(
+        || format!("{latches} latches on one session did not all lead under {parent}"),
+        futures::future::join_all(started.iter().map(LeaderLatch::await_leadership)),
+    )
+    .await?;
+    led.into_iter().collect::<Result<Vec<_>, _>>()?;
+    eprintln!(
+        "bench: idle N={latches}: all lead after {:?} (session timeout {:?} asked, {:?} negotiated)",
+        t0.elapsed(),
+        timeout,
+        session.negotiated_timeout()
+    );
+
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let start = packets.read().await?;
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let end = packets.read().await?;
+    let leading = started.iter().filter(|l| l.has_leadership()).count();
+    if leading != latches {
+        return Err(
+            format!("only {leading} of {latches} latches still lead after the window").into(),
+        );
+    }
+    let per_s = packets_per_second(start, end, packets.per_read);
+    eprintln!(
+        "bench: idle N={latches}: {} packets in {:?}, less {} for the closing read",
+        end.packets.saturating_sub(start.packets),
+        end.at.saturating_duration_since(start.at),
+        packets.per_read
+    );
+    figure(
+        "idle_packets_per_s",
+        format_args!("{per_s:.2}"),
+        "packets/s",
+    );
+
+    futures::future::join_all(started.iter().map(LeaderLatch::close)).await;
     session.close().await?;
     Ok(())
 }
@@ -804,6 +907,7 @@ async fn run(args: Args) -> Result<()> {
         Workload::Join { candidates } => join(&target, candidates).await,
         Workload::Lock { clients, seconds } => lock(&target, clients, seconds).await,
         Workload::Many { latches } => many(&target, latches).await,
+        Workload::Idle { latches, timeout } => idle(&target, latches, timeout).await,
         Workload::Floor { rounds } => floor(&target, rounds).await,
         Workload::Server => server().await,
     }
@@ -877,6 +981,20 @@ mod tests {
             Ok(Workload::Many { latches: 1000 })
         );
         assert_eq!(
+            args("idle 1000").map(|a| a.workload),
+            Ok(Workload::Idle {
+                latches: 1000,
+                timeout: Duration::from_secs(10)
+            })
+        );
+        assert_eq!(
+            args("--connect h:1 idle 100 30").map(|a| a.workload),
+            Ok(Workload::Idle {
+                latches: 100,
+                timeout: Duration::from_secs(30)
+            })
+        );
+        assert_eq!(
             args("floor 200").map(|a| a.workload),
             Ok(Workload::Floor { rounds: 200 })
         );
@@ -893,6 +1011,11 @@ mod tests {
             ("lock 1 0", "S (seconds)"),
             ("join -3", "N (candidates)"),
             ("many 10 10", "takes N"),
+            ("idle", "takes N [T]"),
+            ("idle 10 10 10", "takes N [T]"),
+            ("idle 0", "N (latches)"),
+            ("idle 10 0", "T (session timeout"),
+            ("idle 10 1.5", "T (session timeout"),
             ("bogus 1", "unknown workload"),
             ("--connect", "needs HOSTS"),
             ("--connect server", "no workload"),
@@ -902,6 +1025,21 @@ mod tests {
             let err = args(line).expect_err(line);
             assert!(err.contains(says), "{line:?}: {err}");
         }
+    }
+
+    #[test]
+    fn idle_rate_takes_out_the_closing_read() {
+        let t = Instant::now();
+        let at = |ms: u64, packets: u64| Reading {
+            packets,
+            at: t + Duration::from_millis(ms),
+        };
+        // 9 packets in 10 s, one of them the closing read: 0.8 a second.
+        let rate = packets_per_second(at(0, 100), at(10_000, 109), 1.0);
+        assert!((rate - 0.8).abs() < 1e-9, "{rate}");
+        // Nothing but the read: zero, never negative.
+        assert_eq!(packets_per_second(at(0, 5), at(10_000, 5), 1.0), 0.0);
+        assert!(packets_per_second(at(0, 5), at(0, 9), 1.0).is_nan());
     }
 
     #[test]
