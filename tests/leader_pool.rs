@@ -532,15 +532,17 @@ async fn a_deleted_job_path_is_led_again_by_its_assignee() {
     let owner = leaders["job-01"].clone().unwrap();
     let handovers = jobs.handovers();
 
-    // Delete the job's path, the leader's node with it.
+    // Delete the job's path, the leader's node with it, in one multi: the leader watches its
+    // node and would otherwise put a new one in before the path goes.
     let raw = watcher.client().unwrap();
     let job_path = format!("{root}/jobs/job-01");
+    let mut all = raw.new_multi_writer();
     for child in raw.list_children(&job_path).await.unwrap() {
-        raw.delete(&format!("{job_path}/{child}"), None)
-            .await
+        all.add_delete(&format!("{job_path}/{child}"), None)
             .unwrap();
     }
-    raw.delete(&job_path, None).await.unwrap();
+    all.add_delete(&job_path, None).unwrap();
+    all.commit().await.unwrap();
     let p = if owner == "a" { &a } else { &b };
     within(BOUND, "the assignee to lead the job again", async {
         let mut w = p.watch_job("job-01").unwrap();
