@@ -304,15 +304,14 @@ async fn connection(
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut client, mut server) = (client, server);
-    if let Some(announce) = hello.as_ref().and_then(|h| h.get()) {
-        if rewrite_election_hello(&mut client, &mut server, announce)
+    if let Some(announce) = hello.as_ref().and_then(|h| h.get())
+        && rewrite_election_hello(&mut client, &mut server, announce)
             .await
             .is_err()
-        {
-            reset(client);
-            reset(server);
-            return;
-        }
+    {
+        reset(client);
+        reset(server);
+        return;
     }
     let cut = {
         let (mut cr, mut cw) = client.split();
