@@ -176,8 +176,8 @@ pub enum FaultKind {
     RestartContender,
     /// `SIGKILL` a `zkr run` child (its command dies with it); start a new one at the heal.
     KillProcess,
-    /// Cut a follower (chosen when it happens) off from its peers, silently, while its clients
-    /// still reach it: it answers them from its own state for up to `syncLimit x tickTime`
+    /// Cut a follower off from its peers, silently, while its clients still reach it (one
+    /// that serves an in-process leader's session if one does, chosen when it happens): it answers them from its own state for up to `syncLimit x tickTime`
     /// while the quorum may expire their sessions. Healed at the heal.
     IsolateFollower,
     /// Cut the quorum leader of that moment off from its peers while its clients still reach
@@ -186,8 +186,9 @@ pub enum FaultKind {
     /// Split the ensemble into a minority of one server (leader or follower, as it falls) and
     /// a majority of two that cannot reach each other; clients reach both sides.
     SplitMinority,
-    /// Cut one direction between a follower and the leader of that moment: what one sends
-    /// the other does not receive, the other way still flows.
+    /// Cut one direction between a follower (chosen as for [`FaultKind::IsolateFollower`]) and
+    /// the leader of that moment: what one sends the other does not receive, the other way
+    /// still flows.
     OneWayCut,
 }
 
@@ -260,7 +261,8 @@ pub struct Fault {
     pub kind: FaultKind,
     /// To which server, link, session, contender or child (an index; unused for
     /// [`FaultKind::KillLeader`] and [`FaultKind::IsolateLeader`], whose target is found when
-    /// it happens; for [`FaultKind::IsolateFollower`] which follower, 0 or 1, in index order;
+    /// it happens; for [`FaultKind::IsolateFollower`] which follower, 0 or 1, in index order,
+    /// among those serving an in-process leader's session if any do, else among all;
     /// for [`FaultKind::OneWayCut`] which follower (bit 0) and which way (bit 1 clear: the
     /// follower's bytes to the leader are held, set: the leader's bytes to the follower)).
     pub target: usize,
@@ -1720,11 +1722,23 @@ async fn cut_peers(world: &mut World, fault: &Fault, damage: &mut Damage) -> Res
             return Ok(false);
         };
         let followers: Vec<usize> = (0..SERVERS).filter(|i| *i != leader).collect();
-        let follower = followers[fault.target % followers.len()];
+        // A follower that serves a leader's session if there is one: that is where a cut-off
+        // follower's answers can keep a deposed leader going.
+        let serving = followers_serving_a_leader(world, &followers).await;
+        let follower = if serving.is_empty() {
+            followers[fault.target % followers.len()]
+        } else {
+            serving[fault.target % serving.len()]
+        };
+        let serves = if serving.contains(&follower) {
+            "serving a leader's session"
+        } else {
+            "serving no in-process leader"
+        };
         match fault.kind {
             FaultKind::IsolateFollower => {
                 cluster.isolate(follower)?;
-                format!("isolated server {follower} (a follower; leader {leader})")
+                format!("isolated server {follower} (a follower {serves}; leader {leader})")
             }
             FaultKind::IsolateLeader => {
                 cluster.isolate(leader)?;
@@ -1737,13 +1751,37 @@ async fn cut_peers(world: &mut World, fault: &Fault, damage: &mut Damage) -> Res
                     (leader, follower)
                 };
                 cluster.cut_one_way(from, to)?;
-                format!("held server {from}'s bytes to server {to} (leader {leader})")
+                format!(
+                    "held server {from}'s bytes to server {to} (leader {leader}; follower {follower} {serves})"
+                )
             }
         }
     };
     damage.peers_cut = true;
     note(&book, format!("{fault}: {done}"));
     Ok(true)
+}
+
+/// The followers among `followers` that serve the session of an in-process leader now (by
+/// their `cons`).
+async fn followers_serving_a_leader(world: &World, followers: &[usize]) -> Vec<usize> {
+    let sessions: Vec<i64> = lock(&world.book)
+        .local
+        .iter()
+        .filter(|(_, _, t)| t.is_valid())
+        .map(|(_, _, t)| t.session_id())
+        .collect();
+    let mut serving = Vec::new();
+    for f in followers {
+        if let Ok(cons) = world.cluster.four_letter_word(*f, "cons").await
+            && sessions
+                .iter()
+                .any(|id| cons.contains(&format!("sid={id:#x}")))
+        {
+            serving.push(*f);
+        }
+    }
+    serving
 }
 
 /// The machine's load (`/proc/loadavg`), for the log: a trial that fails on a starved machine
