@@ -13,6 +13,27 @@
 //! the fault, then heals and checks that there is exactly one leader again.
 //!
 //! Each test starts its own ensemble; they take turns (two cores).
+//!
+//! Measured before the session's lease was proven by the quorum (branch `harness-partitions`,
+//! 2026-12-03, a loaded two-core machine; ms after the fault, one run):
+//!
+//! | row | policy | quorum leader on B's side | B elected | A `is_valid` false | overlap |
+//! |-----|--------|---------------------------|-----------|--------------------|---------|
+//! | 1 follower isolated | Standard | unchanged | 2080 | 5003 | 2920 |
+//! | 1 follower isolated | SessionExpired | unchanged | 2578 | 6867 | 4286 |
+//! | 2 quorum leader isolated | Standard | 10566 | 12952 | 5304 | none (gap 7650) |
+//! | 2 quorum leader isolated | SessionExpired | 10566 | 12952 | 7110 | none (gap 5843) |
+//! | 3 2/3 split, A on the minority | Standard | 10615 | 12965 | 5262 | none (gap 7704) |
+//! | 3 2/3 split, A on the minority | SessionExpired | 10615 | 12965 | 7087 | none (gap 5878) |
+//! | 4 A's follower cannot send to the leader | Standard | unchanged | 2470 | 2456 | none (gap 13) |
+//! | 4 A's follower cannot send to the leader | SessionExpired | unchanged | 2466 | 4108 | 1639 |
+//!
+//! In rows 2 and 3 the new quorum leader came about 5 s after the followers gave up on the old
+//! one: one of them had started an election round ahead of the other, so the first one to lead
+//! waited `initLimit x tickTime` for an epoch from a quorum ("Timeout while waiting for epoch
+//! from quorum" in its log) before a second election settled it in 0.2 s. In row 4 under
+//! Standard, A's term ended only because the leader's commit of A's expiry still reached A's
+//! follower, which dropped A's connection 13 ms before B's term began: a race, not a margin.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
