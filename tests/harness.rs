@@ -685,6 +685,54 @@ async fn sees(cluster: &TestingCluster, i: usize, node: &str) {
     );
 }
 
+/// The `(local port, remote port)` of every established loopback TCP socket of process `pid`.
+fn established_ports(pid: u32) -> Vec<(u16, u16)> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap_or(""), 16).ok();
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st ... inode (field 9); st 01 is ESTABLISHED.
+            (f.len() > 9 && f[3] == "01" && inodes.contains(f[9]))
+                .then(|| Some((port(f[1])?, port(f[2])?)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// No TCP connection joins two of the cluster's JVMs directly: each has the harness (a proxy)
+/// at its other end.
+fn assert_no_direct_peer_connection(cluster: &TestingCluster) {
+    let sockets: Vec<(usize, Vec<(u16, u16)>)> = (0..cluster.len())
+        .map(|i| {
+            let pid = cluster.server_pid(i).unwrap().expect("a running server");
+            (i, established_ports(pid))
+        })
+        .collect();
+    for (a, mine) in &sockets {
+        for (b, theirs) in sockets.iter().filter(|(b, _)| b != a) {
+            for (local, remote) in mine {
+                assert!(
+                    !theirs.contains(&(*remote, *local)),
+                    "servers {a} and {b} are connected directly (ports {local} <-> {remote}), not through a link proxy"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn every_peer_connection_goes_through_a_link_proxy() {
     if !zookeeper() {
@@ -715,6 +763,19 @@ async fn every_peer_connection_goes_through_a_link_proxy() {
             }
         }
     }
+    assert_no_direct_peer_connection(&cluster);
+    // Reconnections after a heal too: the larger id dials back the address it was announced.
+    cluster.isolate(0).unwrap();
+    until(ENSEMBLE_BOUND, "server 0 to stop serving", || async {
+        !matches!(
+            mode_of(&cluster, 0).await,
+            Some(ServerMode::Follower | ServerMode::Leader)
+        )
+    })
+    .await;
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "server 0 to rejoin").await;
+    assert_no_direct_peer_connection(&cluster);
     assert!(matches!(
         cluster.peer_connections(1, 1),
         Err(HarnessError::InvalidArgument { .. })
