@@ -471,6 +471,66 @@ async fn proxy_spans_an_ensemble_in_order() {
     assert!(FaultProxy::start(&[]).await.is_err());
 }
 
+#[tokio::test]
+async fn proxy_one_way_blackholes_hold_one_direction_until_heal() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // No server needed: a plain TCP upstream shows which bytes pass.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = upstream.local_addr().unwrap().to_string();
+    let proxy = FaultProxy::start(&[address]).await.expect("proxy");
+    let mut client = tokio::net::TcpStream::connect(proxy.listen_address(0).unwrap())
+        .await
+        .unwrap();
+    let (mut server, _) = tokio::time::timeout(Duration::from_secs(5), upstream.accept())
+        .await
+        .expect("the proxy did not connect upstream")
+        .unwrap();
+    let held = Duration::from_millis(300);
+    let mut buf = [0u8; 4];
+
+    proxy.blackhole_requests();
+    client.write_all(b"req1").await.unwrap();
+    server.write_all(b"rep1").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf))
+        .await
+        .expect("a reply did not pass while only requests were held")
+        .unwrap();
+    assert_eq!(&buf, b"rep1");
+    assert!(
+        tokio::time::timeout(held, server.read_exact(&mut buf))
+            .await
+            .is_err(),
+        "a request passed while requests were held"
+    );
+    proxy.heal();
+    tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut buf))
+        .await
+        .expect("the held request did not pass after heal")
+        .unwrap();
+    assert_eq!(&buf, b"req1");
+
+    proxy.blackhole_replies();
+    client.write_all(b"req2").await.unwrap();
+    server.write_all(b"rep2").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut buf))
+        .await
+        .expect("a request did not pass while only replies were held")
+        .unwrap();
+    assert_eq!(&buf, b"req2");
+    assert!(
+        tokio::time::timeout(held, client.read_exact(&mut buf))
+            .await
+            .is_err(),
+        "a reply passed while replies were held"
+    );
+    proxy.heal();
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf))
+        .await
+        .expect("the held reply did not pass after heal")
+        .unwrap();
+    assert_eq!(&buf, b"rep2");
+}
+
 #[test]
 fn harness_types_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
