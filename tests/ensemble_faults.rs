@@ -27,6 +27,8 @@
 //! | 3 2/3 split, A on the minority | SessionExpired | 10615 | 12965 | 7087 | none (gap 5878) |
 //! | 4 A's follower cannot send to the leader | Standard | unchanged | 2470 | 2456 | none (gap 13) |
 //! | 4 A's follower cannot send to the leader | SessionExpired | unchanged | 2466 | 4108 | 1639 |
+//! | 5 A's follower cannot receive from the leader | Standard | unchanged | 2254 | 5009 | 2751 |
+//! | 5 A's follower cannot receive from the leader | SessionExpired | unchanged | 2255 | 6875 | 4618 |
 //!
 //! In rows 2 and 3 the new quorum leader came about 5 s after the followers gave up on the old
 //! one: one of them had started an election round ahead of the other, so the first one to lead
@@ -360,6 +362,24 @@ async fn one_way_cut_follower_leader_ends_its_term_before_the_successor_starts()
             b_servers: vec![leader, (leader + 2) % 3],
         },
         |cluster, plan, leader| cluster.cut_one_way(plan.a_server, leader).unwrap(),
+    )
+    .await;
+}
+
+/// Row 5, the reverse of row 4: A's follower still sends to the quorum leader but receives
+/// nothing from it (`cut_one_way(leader, follower)`). It hears no pings, so it sends the leader
+/// nothing either and gives up on it only after `syncLimit x tickTime`; the leader expires A's
+/// session meanwhile, and its commit of the expiry does not reach the follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_way_cut_to_the_follower_leader_ends_its_term_before_the_successor_starts() {
+    row(
+        "row 5: A's follower cannot receive from the leader",
+        3,
+        |leader| Plan {
+            a_server: (leader + 1) % 3,
+            b_servers: vec![leader, (leader + 2) % 3],
+        },
+        |cluster, plan, leader| cluster.cut_one_way(leader, plan.a_server).unwrap(),
     )
     .await;
 }
