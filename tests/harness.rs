@@ -255,6 +255,8 @@ async fn cluster_elects_a_new_leader_when_the_leader_is_killed() {
         cluster.mode(leader).await.expect("mode"),
         ServerMode::Follower
     );
+    // The restarted server reaches its peers through the same link proxies as before.
+    assert_no_direct_peer_connection(&cluster);
     tokio::time::timeout(Duration::from_secs(20), client.check_stat(&root))
         .await
         .expect("the client did not get an answer after the leader change")
