@@ -104,9 +104,8 @@ async fn session(cluster: &TestingCluster, servers: &[usize]) -> Session {
         .map(|i| cluster.server_connect_string(*i).unwrap().to_owned())
         .collect::<Vec<_>>()
         .join(",");
-    let _tick = cluster.tick_time();
-    // TODO(server_tick_time): `.server_tick_time(_tick)` on this builder once SessionBuilder has it.
     Session::builder(connect.as_str())
+        // TODO(server_tick_time): add `.server_tick_time(cluster.tick_time())` here once SessionBuilder has it.
         .session_timeout(SESSION_TIMEOUT)
         .connection_timeout(Duration::from_secs(20))
         .connect()
