@@ -1027,6 +1027,78 @@ async fn minority_of_a_partition_stops_while_the_majority_keeps_serving() {
     sees(&cluster, minority, &written).await;
 }
 
+/// What a server cut off from its peers still answers, which is what a client can prove by
+/// it: an isolated follower answers reads from its own state but not `sync` (it forwards it to
+/// its leader); an isolated quorum leader answers `sync` too, until it steps down.
+#[tokio::test]
+async fn isolated_follower_answers_reads_but_not_sync_and_isolated_leader_answers_both() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    let follower = (leader + 1) % 3;
+    let pinned = |i: usize| {
+        connect(
+            cluster.server_connect_string(i).unwrap(),
+            Duration::from_secs(20),
+        )
+    };
+    let on_follower = pinned(follower).await;
+    let on_leader = pinned(leader).await;
+    let quick = TICK * SYNC_LIMIT / 2;
+
+    cluster.isolate(follower).unwrap();
+    tokio::time::timeout(quick, on_follower.check_stat("/"))
+        .await
+        .expect("an isolated follower did not answer a read at once")
+        .expect("read");
+    let sync = tokio::time::timeout(quick, on_follower.sync("/")).await;
+    assert!(
+        sync.is_err(),
+        "an isolated follower answered sync: {sync:?}"
+    );
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "the follower to rejoin").await;
+
+    cluster.isolate(leader).unwrap();
+    let cut = Instant::now();
+    tokio::time::timeout(quick, on_leader.check_stat("/"))
+        .await
+        .expect("an isolated leader did not answer a read at once")
+        .expect("read");
+    let sync = tokio::time::timeout(quick, on_leader.sync("/")).await;
+    eprintln!(
+        "[harness] sync on the isolated leader {} ms after the cut: {sync:?}",
+        cut.elapsed().as_millis()
+    );
+    assert!(
+        matches!(sync, Ok(Ok(_))),
+        "an isolated leader did not answer sync before stepping down: {sync:?}"
+    );
+    // And for how long: until it steps down, about syncLimit x tick after the cut.
+    let mut last_answered = cut.elapsed();
+    while cut.elapsed() < ENSEMBLE_BOUND {
+        match tokio::time::timeout(quick, on_leader.sync("/")).await {
+            Ok(Ok(())) => last_answered = cut.elapsed(),
+            _ => break,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "[harness] the isolated leader answered sync until {} ms after the cut (syncLimit x tick = {} ms)",
+        last_answered.as_millis(),
+        (TICK * SYNC_LIMIT).as_millis()
+    );
+    assert!(
+        last_answered >= quick,
+        "the isolated leader stopped answering sync after {last_answered:?}"
+    );
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "the ensemble to settle after heal").await;
+}
+
 /// `cut_one_way(follower, leader)`: the leader's proposals and commits still reach the
 /// follower, which applies writes made through the others; the follower's acks, pings and
 /// forwarded writes do not reach the leader. The leader drops the silent follower after
