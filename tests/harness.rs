@@ -691,25 +691,36 @@ where
 /// The one server among `among` that says it leads, once exactly one does and the others
 /// follow.
 async fn settled_leader(cluster: &TestingCluster, among: &[usize], what: &str) -> usize {
-    tokio::time::timeout(ENSEMBLE_BOUND, async {
+    let last = std::sync::Mutex::new(Vec::new());
+    let settled = tokio::time::timeout(ENSEMBLE_BOUND, async {
         loop {
-            let mut leaders = Vec::new();
-            let mut followers = 0;
+            let mut modes = Vec::new();
             for i in among {
-                match mode_of(cluster, *i).await {
-                    Some(ServerMode::Leader) => leaders.push(*i),
-                    Some(ServerMode::Follower) => followers += 1,
-                    _ => {}
-                }
+                modes.push((*i, mode_of(cluster, *i).await));
             }
+            let leaders: Vec<usize> = modes
+                .iter()
+                .filter(|(_, m)| *m == Some(ServerMode::Leader))
+                .map(|(i, _)| *i)
+                .collect();
+            let followers = modes
+                .iter()
+                .filter(|(_, m)| *m == Some(ServerMode::Follower))
+                .count();
+            *last.lock().unwrap() = modes;
             if leaders.len() == 1 && followers == among.len() - 1 {
                 return leaders[0];
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
-    .await
-    .unwrap_or_else(|_| panic!("timed out after {ENSEMBLE_BOUND:?} waiting for: {what}"))
+    .await;
+    settled.unwrap_or_else(|_| {
+        panic!(
+            "timed out after {ENSEMBLE_BOUND:?} waiting for: {what} (last modes {:?})",
+            last.lock().unwrap()
+        )
+    })
 }
 
 /// Creates a fresh node under `root` through `client`, bounded.
