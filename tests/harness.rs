@@ -255,6 +255,8 @@ async fn cluster_elects_a_new_leader_when_the_leader_is_killed() {
         cluster.mode(leader).await.expect("mode"),
         ServerMode::Follower
     );
+    // The restarted server reaches its peers through the same link proxies as before.
+    assert_no_direct_peer_connection(&cluster);
     tokio::time::timeout(Duration::from_secs(20), client.check_stat(&root))
         .await
         .expect("the client did not get an answer after the leader change")
@@ -471,6 +473,66 @@ async fn proxy_spans_an_ensemble_in_order() {
     assert!(FaultProxy::start(&[]).await.is_err());
 }
 
+#[tokio::test]
+async fn proxy_one_way_blackholes_hold_one_direction_until_heal() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // No server needed: a plain TCP upstream shows which bytes pass.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = upstream.local_addr().unwrap().to_string();
+    let proxy = FaultProxy::start(&[address]).await.expect("proxy");
+    let mut client = tokio::net::TcpStream::connect(proxy.listen_address(0).unwrap())
+        .await
+        .unwrap();
+    let (mut server, _) = tokio::time::timeout(Duration::from_secs(5), upstream.accept())
+        .await
+        .expect("the proxy did not connect upstream")
+        .unwrap();
+    let held = Duration::from_millis(300);
+    let mut buf = [0u8; 4];
+
+    proxy.blackhole_requests();
+    client.write_all(b"req1").await.unwrap();
+    server.write_all(b"rep1").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf))
+        .await
+        .expect("a reply did not pass while only requests were held")
+        .unwrap();
+    assert_eq!(&buf, b"rep1");
+    assert!(
+        tokio::time::timeout(held, server.read_exact(&mut buf))
+            .await
+            .is_err(),
+        "a request passed while requests were held"
+    );
+    proxy.heal();
+    tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut buf))
+        .await
+        .expect("the held request did not pass after heal")
+        .unwrap();
+    assert_eq!(&buf, b"req1");
+
+    proxy.blackhole_replies();
+    client.write_all(b"req2").await.unwrap();
+    server.write_all(b"rep2").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut buf))
+        .await
+        .expect("a request did not pass while only replies were held")
+        .unwrap();
+    assert_eq!(&buf, b"req2");
+    assert!(
+        tokio::time::timeout(held, client.read_exact(&mut buf))
+            .await
+            .is_err(),
+        "a reply passed while replies were held"
+    );
+    proxy.heal();
+    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf))
+        .await
+        .expect("the held reply did not pass after heal")
+        .unwrap();
+    assert_eq!(&buf, b"rep2");
+}
+
 #[test]
 fn harness_types_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
@@ -629,25 +691,36 @@ where
 /// The one server among `among` that says it leads, once exactly one does and the others
 /// follow.
 async fn settled_leader(cluster: &TestingCluster, among: &[usize], what: &str) -> usize {
-    tokio::time::timeout(ENSEMBLE_BOUND, async {
+    let last = std::sync::Mutex::new(Vec::new());
+    let settled = tokio::time::timeout(ENSEMBLE_BOUND, async {
         loop {
-            let mut leaders = Vec::new();
-            let mut followers = 0;
+            let mut modes = Vec::new();
             for i in among {
-                match mode_of(cluster, *i).await {
-                    Some(ServerMode::Leader) => leaders.push(*i),
-                    Some(ServerMode::Follower) => followers += 1,
-                    _ => {}
-                }
+                modes.push((*i, mode_of(cluster, *i).await));
             }
+            let leaders: Vec<usize> = modes
+                .iter()
+                .filter(|(_, m)| *m == Some(ServerMode::Leader))
+                .map(|(i, _)| *i)
+                .collect();
+            let followers = modes
+                .iter()
+                .filter(|(_, m)| *m == Some(ServerMode::Follower))
+                .count();
+            *last.lock().unwrap() = modes;
             if leaders.len() == 1 && followers == among.len() - 1 {
                 return leaders[0];
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
-    .await
-    .unwrap_or_else(|_| panic!("timed out after {ENSEMBLE_BOUND:?} waiting for: {what}"))
+    .await;
+    settled.unwrap_or_else(|_| {
+        panic!(
+            "timed out after {ENSEMBLE_BOUND:?} waiting for: {what} (last modes {:?})",
+            last.lock().unwrap()
+        )
+    })
 }
 
 /// Creates a fresh node under `root` through `client`, bounded.
@@ -685,6 +758,54 @@ async fn sees(cluster: &TestingCluster, i: usize, node: &str) {
     );
 }
 
+/// The `(local port, remote port)` of every established loopback TCP socket of process `pid`.
+fn established_ports(pid: u32) -> Vec<(u16, u16)> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap_or(""), 16).ok();
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st ... inode (field 9); st 01 is ESTABLISHED.
+            (f.len() > 9 && f[3] == "01" && inodes.contains(f[9]))
+                .then(|| Some((port(f[1])?, port(f[2])?)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// No TCP connection joins two of the cluster's JVMs directly: each has the harness (a proxy)
+/// at its other end.
+fn assert_no_direct_peer_connection(cluster: &TestingCluster) {
+    let sockets: Vec<(usize, Vec<(u16, u16)>)> = (0..cluster.len())
+        .map(|i| {
+            let pid = cluster.server_pid(i).unwrap().expect("a running server");
+            (i, established_ports(pid))
+        })
+        .collect();
+    for (a, mine) in &sockets {
+        for (b, theirs) in sockets.iter().filter(|(b, _)| b != a) {
+            for (local, remote) in mine {
+                assert!(
+                    !theirs.contains(&(*remote, *local)),
+                    "servers {a} and {b} are connected directly (ports {local} <-> {remote}), not through a link proxy"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn every_peer_connection_goes_through_a_link_proxy() {
     if !zookeeper() {
@@ -715,6 +836,19 @@ async fn every_peer_connection_goes_through_a_link_proxy() {
             }
         }
     }
+    assert_no_direct_peer_connection(&cluster);
+    // Reconnections after a heal too: the larger id dials back the address it was announced.
+    cluster.isolate(0).unwrap();
+    until(ENSEMBLE_BOUND, "server 0 to stop serving", || async {
+        !matches!(
+            mode_of(&cluster, 0).await,
+            Some(ServerMode::Follower | ServerMode::Leader)
+        )
+    })
+    .await;
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "server 0 to rejoin").await;
+    assert_no_direct_peer_connection(&cluster);
     assert!(matches!(
         cluster.peer_connections(1, 1),
         Err(HarnessError::InvalidArgument { .. })
@@ -902,6 +1036,78 @@ async fn minority_of_a_partition_stops_while_the_majority_keeps_serving() {
     cluster.heal();
     settled_leader(&cluster, &[0, 1, 2], "the minority to rejoin after heal").await;
     sees(&cluster, minority, &written).await;
+}
+
+/// What a server cut off from its peers still answers, which is what a client can prove by
+/// it: an isolated follower answers reads from its own state but not `sync` (it forwards it to
+/// its leader); an isolated quorum leader answers `sync` too, until it steps down.
+#[tokio::test]
+async fn isolated_follower_answers_reads_but_not_sync_and_isolated_leader_answers_both() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let cluster = partitionable_cluster().await;
+    let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    let follower = (leader + 1) % 3;
+    let pinned = |i: usize| {
+        connect(
+            cluster.server_connect_string(i).unwrap(),
+            Duration::from_secs(20),
+        )
+    };
+    let on_follower = pinned(follower).await;
+    let on_leader = pinned(leader).await;
+    let quick = TICK * SYNC_LIMIT / 2;
+
+    cluster.isolate(follower).unwrap();
+    tokio::time::timeout(quick, on_follower.check_stat("/"))
+        .await
+        .expect("an isolated follower did not answer a read at once")
+        .expect("read");
+    let sync = tokio::time::timeout(quick, on_follower.sync("/")).await;
+    assert!(
+        sync.is_err(),
+        "an isolated follower answered sync: {sync:?}"
+    );
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "the follower to rejoin").await;
+
+    cluster.isolate(leader).unwrap();
+    let cut = Instant::now();
+    tokio::time::timeout(quick, on_leader.check_stat("/"))
+        .await
+        .expect("an isolated leader did not answer a read at once")
+        .expect("read");
+    let sync = tokio::time::timeout(quick, on_leader.sync("/")).await;
+    eprintln!(
+        "[harness] sync on the isolated leader {} ms after the cut: {sync:?}",
+        cut.elapsed().as_millis()
+    );
+    assert!(
+        matches!(sync, Ok(Ok(_))),
+        "an isolated leader did not answer sync before stepping down: {sync:?}"
+    );
+    // And for how long: until it steps down, about syncLimit x tick after the cut.
+    let mut last_answered = cut.elapsed();
+    while cut.elapsed() < ENSEMBLE_BOUND {
+        match tokio::time::timeout(quick, on_leader.sync("/")).await {
+            Ok(Ok(())) => last_answered = cut.elapsed(),
+            _ => break,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "[harness] the isolated leader answered sync until {} ms after the cut (syncLimit x tick = {} ms)",
+        last_answered.as_millis(),
+        (TICK * SYNC_LIMIT).as_millis()
+    );
+    assert!(
+        last_answered >= quick,
+        "the isolated leader stopped answering sync after {last_answered:?}"
+    );
+    cluster.heal();
+    settled_leader(&cluster, &[0, 1, 2], "the ensemble to settle after heal").await;
 }
 
 /// `cut_one_way(follower, leader)`: the leader's proposals and commits still reach the

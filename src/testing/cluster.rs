@@ -355,8 +355,11 @@ async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
 /// every server directly. A cut link holds bytes back silently, like a firewall that drops
 /// packets: no connection is reset, so each server notices only through its own timeouts
 /// (`syncLimit x tickTime` between a follower and its leader), as in a real partition.
-/// [`heal`](Self::heal) lets the held bytes flow again. The proxies stay across
-/// [`restart_server`](Self::restart_server).
+/// [`heal`](Self::heal) lets the held bytes flow again. Each call sets the state of the links it
+/// names and leaves the others alone (so a [`cut_one_way`](Self::cut_one_way) on a pair already
+/// cut both ways makes it one-way); `heal` restores every link. The proxies stay across
+/// [`restart_server`](Self::restart_server), and [`peer_connections`](Self::peer_connections)
+/// counts the connections through one of them.
 ///
 /// The proxies run on the tokio runtime that started the cluster: use the cluster from that
 /// runtime, and do not keep it in a `static` shared between tests' runtimes (when its runtime

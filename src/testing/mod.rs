@@ -1,8 +1,10 @@
 //! A test harness that runs real ZooKeeper servers and does faults to the world around a client.
 //!
 //! This is the Rust counterpart of Curator's `curator-test`: [`TestingServer`] (one standalone
-//! server), [`TestingCluster`] (a real N-node ensemble on loopback), [`FaultProxy`] (a TCP proxy
-//! that can cut, blackhole or delay one client's link) and [`expire_session`] (Curator's
+//! server), [`TestingCluster`] (a real N-node ensemble on loopback whose servers reach each other
+//! only through proxies of their own, so that a test can isolate, partition or cut one way
+//! between servers while clients still reach them), [`FaultProxy`] (a TCP proxy that can cut,
+//! blackhole or delay one client's link) and [`expire_session`] (Curator's
 //! `KillSession`: expire a live session from a twin connection). It is behind the crate feature
 //! `testing`; this crate's own tests enable it through a dev-dependency on itself.
 //!
@@ -41,8 +43,9 @@
 //! server does not belong to any of them: it is a child process, and [`TestingServer`]'s methods
 //! only poll it, so any runtime may call them. What *is* bound to a runtime is every
 //! [`zookeeper_client::Client`] (its connection task runs on the runtime that connected it) and
-//! every [`FaultProxy`] (its tasks too): each test makes its own connections and proxies and never
-//! keeps them in a static. Each test also works under its own [`unique_path`], so tests sharing a
+//! every [`FaultProxy`] (its tasks too), and so every [`TestingCluster`] (its servers talk
+//! through proxies): each test makes its own connections, proxies and clusters and never keeps
+//! them in a static. Each test also works under its own [`unique_path`], so tests sharing a
 //! server run in parallel. Tests that stop, kill, pause or restart a server start their own.
 //!
 //! ```no_run

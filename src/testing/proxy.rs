@@ -40,7 +40,8 @@ enum Mode {
 /// - [`cut`](Self::cut): every current connection is reset (RST), new ones are accepted and
 ///   reset at once, until [`heal`](Self::heal). The client sees a disconnect immediately.
 /// - [`blackhole`](Self::blackhole): connections stay open but no byte passes either way; new
-///   connections are accepted and pass nothing either. The client sees requests hang, then
+///   connections are accepted and pass nothing either (the server sees them only after the
+///   heal, as if their first packets had been dropped). The client sees requests hang, then
 ///   (after its connection timeout) a disconnect: a network partition.
 /// - [`blackhole_requests`](Self::blackhole_requests) and
 ///   [`blackhole_replies`](Self::blackhole_replies): the same, one way only: what the client
@@ -304,15 +305,14 @@ async fn connection(
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut client, mut server) = (client, server);
-    if let Some(announce) = hello.as_ref().and_then(|h| h.get()) {
-        if rewrite_election_hello(&mut client, &mut server, announce)
+    if let Some(announce) = hello.as_ref().and_then(|h| h.get())
+        && rewrite_election_hello(&mut client, &mut server, announce)
             .await
             .is_err()
-        {
-            reset(client);
-            reset(server);
-            return;
-        }
+    {
+        reset(client);
+        reset(server);
+        return;
     }
     let cut = {
         let (mut cr, mut cw) = client.split();

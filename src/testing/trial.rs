@@ -3,13 +3,16 @@
 //!
 //! One trial ([`run_trial`]):
 //!
-//! 1. starts a [`TestingCluster`] of three real servers;
+//! 1. starts a [`TestingCluster`] of three real servers, with the `syncLimit` of the trial's
+//!    [`Setup`] (drawn from the seed: in some trials a follower cut off from its peers keeps
+//!    answering its clients for longer than their session timeout);
 //! 2. starts the contenders, each session behind its own [`FaultProxy`] (so its link can be cut
 //!    or blackholed):
 //!    - three [`LeaderLatch`]es (`latch-0..2`, one per in-process session) on `<root>/latch`,
-//!      guarding the fenced resource `latch-row`; `latch-2` has the
-//!      [`ErrorPolicy::SessionExpired`] policy, so that it keeps its term through a suspension
-//!      until its deadline (the others end their terms at a suspension);
+//!      guarding the fenced resource `latch-row`; `latch-2` has the policy of the trial's
+//!      [`Setup`], [`ErrorPolicy::SessionExpired`] (it keeps its term through a suspension
+//!      until its deadline) or [`ErrorPolicy::Standard`] (it ends its term at a suspension, as
+//!      the others do);
 //!    - a [`LeaderSelector`] (`selector-0`), an [`InterProcessMutex`] holder that takes and
 //!      releases the lock over and over (`mutex-1`), and two `zkr run --requeue` children
 //!      (`zkr-0`, `zkr-1`, separate processes with sessions of their own) on `<root>/lock`,
@@ -21,8 +24,9 @@
 //!    (bash's `/dev/tcp`) every 50 ms, so a stale leader's late write is really attempted. Each
 //!    resource is a [`Fence`] that records every write it receives, accepted or rejected;
 //! 4. runs a schedule of rounds drawn from the seed ([`plan`]): each round does one or two
-//!    faults ([`FaultKind`]), holds them for a while, then heals everything (servers back and in
-//!    the quorum, links healed, frozen processes woken, closed contenders started again) and
+//!    faults ([`FaultKind`]: to servers, to the links between servers, to clients' links, to
+//!    sessions and processes), holds them for a while, then heals everything (servers back and
+//!    in the quorum, links healed, frozen processes woken, closed contenders started again) and
 //!    measures the time to a leader on each path;
 //! 5. closes every contender, waits for the election paths to be empty (a node of a killed
 //!    process goes when the server expires its session), and checks the recorded
@@ -172,11 +176,25 @@ pub enum FaultKind {
     RestartContender,
     /// `SIGKILL` a `zkr run` child (its command dies with it); start a new one at the heal.
     KillProcess,
+    /// Cut a follower off from its peers, silently, while its clients still reach it (one
+    /// that serves an in-process leader's session if one does, chosen when it happens): it answers them from its own state for up to `syncLimit x tickTime`
+    /// while the quorum may expire their sessions. Healed at the heal.
+    IsolateFollower,
+    /// Cut the quorum leader of that moment off from its peers while its clients still reach
+    /// it: it steps down after `syncLimit x tickTime`, the other two elect a leader.
+    IsolateLeader,
+    /// Split the ensemble into a minority of one server (leader or follower, as it falls) and
+    /// a majority of two that cannot reach each other; clients reach both sides.
+    SplitMinority,
+    /// Cut one direction between a follower (chosen as for [`FaultKind::IsolateFollower`]) and
+    /// the leader of that moment: what one sends the other does not receive, the other way
+    /// still flows.
+    OneWayCut,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::KillServer,
         FaultKind::KillLeader,
         FaultKind::PauseServer,
@@ -188,6 +206,10 @@ impl FaultKind {
         FaultKind::ExpireSession,
         FaultKind::RestartContender,
         FaultKind::KillProcess,
+        FaultKind::IsolateFollower,
+        FaultKind::IsolateLeader,
+        FaultKind::SplitMinority,
+        FaultKind::OneWayCut,
     ];
 
     /// A short name for tables.
@@ -204,6 +226,10 @@ impl FaultKind {
             FaultKind::ExpireSession => "expire",
             FaultKind::RestartContender => "restart",
             FaultKind::KillProcess => "kill-zkr",
+            FaultKind::IsolateFollower => "isolate-follower",
+            FaultKind::IsolateLeader => "isolate-leader",
+            FaultKind::SplitMinority => "split",
+            FaultKind::OneWayCut => "one-way-cut",
         }
     }
 
@@ -214,6 +240,10 @@ impl FaultKind {
                 | FaultKind::KillLeader
                 | FaultKind::PauseServer
                 | FaultKind::LoseQuorum
+                | FaultKind::IsolateFollower
+                | FaultKind::IsolateLeader
+                | FaultKind::SplitMinority
+                | FaultKind::OneWayCut
         )
     }
 }
@@ -230,7 +260,11 @@ pub struct Fault {
     /// What is done.
     pub kind: FaultKind,
     /// To which server, link, session, contender or child (an index; unused for
-    /// [`FaultKind::KillLeader`], whose target is found when it happens).
+    /// [`FaultKind::KillLeader`] and [`FaultKind::IsolateLeader`], whose target is found when
+    /// it happens; for [`FaultKind::IsolateFollower`] which follower, 0 or 1, in index order,
+    /// among those serving an in-process leader's session if any do, else among all;
+    /// for [`FaultKind::OneWayCut`] which follower (bit 0) and which way (bit 1 clear: the
+    /// follower's bytes to the leader are held, set: the leader's bytes to the follower)).
     pub target: usize,
 }
 
@@ -238,6 +272,21 @@ impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind {
             FaultKind::KillLeader => write!(f, "kill-leader"),
+            FaultKind::IsolateLeader => write!(f, "isolate-leader"),
+            FaultKind::IsolateFollower => write!(f, "isolate follower {}", self.target % 2),
+            FaultKind::SplitMinority => write!(f, "split: server {} alone", self.target),
+            FaultKind::OneWayCut => {
+                let (from, to) = if self.target & 2 == 0 {
+                    ("follower", "leader")
+                } else {
+                    ("leader", "follower")
+                };
+                write!(
+                    f,
+                    "one-way cut: follower {}'s {from} -> {to} held",
+                    self.target % 2
+                )
+            }
             FaultKind::KillServer | FaultKind::PauseServer => {
                 write!(f, "{} server {}", self.kind, self.target)
             }
@@ -299,7 +348,10 @@ pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
                 FaultKind::KillServer | FaultKind::PauseServer | FaultKind::LoseQuorum => {
                     rng.below(SERVERS)
                 }
-                FaultKind::KillLeader => 0,
+                FaultKind::KillLeader | FaultKind::IsolateLeader => 0,
+                FaultKind::IsolateFollower => rng.below(2),
+                FaultKind::SplitMinority => rng.below(SERVERS),
+                FaultKind::OneWayCut => rng.below(4),
                 FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
                     rng.below(LINKS)
                 }
@@ -327,6 +379,68 @@ pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
         });
     }
     out
+}
+
+/// The ensemble's and the contenders' settings of one trial, drawn from its seed
+/// ([`setup`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Setup {
+    /// The servers' `tickTime`.
+    pub tick: Duration,
+    /// The servers' `syncLimit`, in ticks: how long a follower cut off from its peers keeps
+    /// answering its clients. In some trials `syncLimit x tickTime` is at least the session
+    /// timeout, so that a cut-off follower still answers a client whose session the quorum
+    /// has expired.
+    pub sync_limit: u32,
+    /// The error policy of `latch-2` (the latch whose session is never expired from outside).
+    pub latch_policy: ErrorPolicy,
+}
+
+impl Setup {
+    /// `syncLimit x tickTime`.
+    pub fn sync_timeout(&self) -> Duration {
+        self.tick * self.sync_limit
+    }
+}
+
+impl fmt::Display for Setup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tick {} ms x syncLimit {} = {} ms, latch-2 {:?}",
+            self.tick.as_millis(),
+            self.sync_limit,
+            self.sync_timeout().as_millis(),
+            self.latch_policy
+        )
+    }
+}
+
+/// The settings of the trial of `seed`: a pure function of its arguments, drawn apart from
+/// [`plan`] so that a seed's rounds stay what they were.
+///
+/// `syncLimit x tickTime` (tick 200 ms) is half the session timeout, the session timeout, or
+/// one and a half times it, each one time in three; `latch-2` has the Standard or the
+/// SessionExpired policy, one time in two.
+pub fn setup(seed: u64, session_timeout: Duration) -> Setup {
+    let mut rng = Rng::new(seed ^ 0x005E_7A9B);
+    let tick = Duration::from_millis(200);
+    let halves = [1u32, 2, 3][rng.below(3)];
+    let sync = session_timeout * halves / 2;
+    let sync_limit = u32::try_from(sync.as_millis().div_ceil(tick.as_millis()))
+        .unwrap_or(u32::MAX)
+        .max(2);
+    let latch_policy = if rng.chance(50) {
+        ErrorPolicy::SessionExpired
+    } else {
+        ErrorPolicy::Standard
+    };
+    Setup {
+        tick,
+        sync_limit,
+        latch_policy,
+    }
 }
 
 /// Whether two faults of one round get in each other's way.
@@ -370,6 +484,8 @@ struct ContenderDef {
     child: Option<usize>,
     /// Which connection states end its terms.
     policy: ErrorPolicy,
+    /// Its policy is drawn per trial ([`Setup::latch_policy`]) instead of `policy`.
+    seeded_policy: bool,
 }
 
 const CONTENDERS: [ContenderDef; 7] = [
@@ -379,6 +495,7 @@ const CONTENDERS: [ContenderDef; 7] = [
         session: Some(0),
         child: None,
         policy: ErrorPolicy::Standard,
+        seeded_policy: false,
     },
     ContenderDef {
         id: "latch-1",
@@ -386,14 +503,17 @@ const CONTENDERS: [ContenderDef; 7] = [
         session: Some(1),
         child: None,
         policy: ErrorPolicy::Standard,
+        seeded_policy: false,
     },
     ContenderDef {
         id: "latch-2",
         kind: Kind::Latch,
         session: Some(2),
         child: None,
-        // Keeps its term through a suspension, until its deadline: the deadline's own test.
+        // Keeps its term through a suspension, until its deadline: the deadline's own test
+        // (in the trials whose setup gives it this policy).
         policy: ErrorPolicy::SessionExpired,
+        seeded_policy: true,
     },
     ContenderDef {
         id: "selector-0",
@@ -401,6 +521,7 @@ const CONTENDERS: [ContenderDef; 7] = [
         session: Some(0),
         child: None,
         policy: ErrorPolicy::Standard,
+        seeded_policy: false,
     },
     ContenderDef {
         id: "mutex-1",
@@ -408,6 +529,7 @@ const CONTENDERS: [ContenderDef; 7] = [
         session: Some(1),
         child: None,
         policy: ErrorPolicy::Standard,
+        seeded_policy: false,
     },
     ContenderDef {
         id: "zkr-0",
@@ -415,6 +537,7 @@ const CONTENDERS: [ContenderDef; 7] = [
         session: None,
         child: Some(0),
         policy: ErrorPolicy::Standard,
+        seeded_policy: false,
     },
     ContenderDef {
         id: "zkr-1",
@@ -422,6 +545,7 @@ const CONTENDERS: [ContenderDef; 7] = [
         session: None,
         child: Some(1),
         policy: ErrorPolicy::Standard,
+        seeded_policy: false,
     },
 ];
 
@@ -481,6 +605,8 @@ pub struct TrialReport {
     pub seed: u64,
     /// The schedule that was planned.
     pub plan: Vec<Round>,
+    /// The ensemble's and the contenders' settings.
+    pub setup: Setup,
     /// How many faults of each kind were done.
     pub faults: BTreeMap<FaultKind, usize>,
     /// What was done when, for failure messages.
@@ -560,9 +686,10 @@ impl TrialReport {
             .collect();
         let _ = writeln!(
             s,
-            "trial seed {} ({}): {} terms, {} writes accepted, {} rejected, worst time to leader {} ms, {:.1} s; {}",
+            "trial seed {} ({}): {}; {} terms, {} writes accepted, {} rejected, worst time to leader {} ms, {:.1} s; {}",
             self.seed,
             if self.passed() { "passed" } else { "FAILED" },
+            self.setup,
             self.history.terms.len(),
             self.writes_accepted(),
             self.writes_rejected(),
@@ -908,6 +1035,7 @@ enum Running {
 /// What a trial has running.
 struct World {
     config: TrialConfig,
+    setup: Setup,
     book: Shared,
     cluster: TestingCluster,
     proxies: Vec<FaultProxy>,
@@ -941,9 +1069,14 @@ impl World {
         let running = match def.kind {
             Kind::Latch => {
                 let session = &self.sessions[def.session.unwrap_or(0)];
+                let policy = if def.seeded_policy {
+                    self.setup.latch_policy
+                } else {
+                    def.policy
+                };
                 let latch = LeaderLatch::builder(session, self.path(LATCH_ELECTION))
                     .id(def.id)
-                    .error_policy(def.policy)
+                    .error_policy(policy)
                     .start()
                     .await
                     .map_err(contender_error(def.id))?;
@@ -1212,6 +1345,8 @@ struct Damage {
     closed: Vec<usize>,
     /// `zkr` children that other faults of the round act on: a freeze leaves them alone.
     busy_children: Vec<usize>,
+    /// Links between servers are cut (an isolation, a split, a one-way cut).
+    peers_cut: bool,
 }
 
 /// Runs one trial; see the [module docs](self).
@@ -1227,10 +1362,19 @@ struct Damage {
 pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
     let began = Instant::now();
     let plan = plan(config.seed, config.rounds, config.session_timeout);
+    let setup = setup(config.seed, config.session_timeout);
     let book: Shared = Arc::default();
-    note(&book, format!("seed {}: plan {plan:?}", config.seed));
+    note(
+        &book,
+        format!("seed {}: setup {setup}; plan {plan:?}", config.seed),
+    );
 
-    let cluster = TestingCluster::start(SERVERS).await?;
+    let cluster = TestingCluster::builder()
+        .servers(SERVERS)
+        .tick_time(setup.tick)
+        .sync_limit(setup.sync_limit)
+        .start()
+        .await?;
     let servers: Vec<String> = (0..SERVERS)
         .map(|i| cluster.server_connect_string(i).map(str::to_owned))
         .collect::<Result<_>>()?;
@@ -1241,6 +1385,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
     let mut sessions = Vec::with_capacity(SESSIONS);
     for proxy in proxies.iter().take(SESSIONS) {
         let session = Session::builder(proxy.connect_string())
+            // TODO(server_tick_time): add `.server_tick_time(setup.tick)` here once SessionBuilder has it.
             .session_timeout(config.session_timeout)
             .connection_timeout(Duration::from_secs(5))
             .connect()
@@ -1293,6 +1438,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
 
     let mut world = World {
         config: config.clone(),
+        setup,
         book: Arc::clone(&book),
         cluster,
         proxies,
@@ -1549,8 +1695,94 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
             world.close_contender(fault.target).await;
             damage.closed.push(fault.target);
         }
+        FaultKind::IsolateFollower
+        | FaultKind::IsolateLeader
+        | FaultKind::SplitMinority
+        | FaultKind::OneWayCut => return cut_peers(world, fault, damage).await,
     }
     Ok(true)
+}
+
+/// Does a fault between servers (isolation, split, one-way cut); the servers it names by
+/// role (leader, follower) are found when it happens.
+async fn cut_peers(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<bool> {
+    let book = Arc::clone(&world.book);
+    let cluster = &world.cluster;
+    let done = if fault.kind == FaultKind::SplitMinority {
+        let alone = fault.target;
+        let rest: Vec<usize> = (0..SERVERS).filter(|i| *i != alone).collect();
+        cluster.partition(&[alone], &rest)?;
+        let role = match cluster.leader_index().await? {
+            Some(l) if l == alone => "the quorum leader",
+            _ => "a follower",
+        };
+        format!("split server {alone} ({role}) from {rest:?}")
+    } else {
+        let Some(leader) = cluster.leader_index().await? else {
+            note(&book, format!("{fault}: no quorum leader now; skipped"));
+            return Ok(false);
+        };
+        let followers: Vec<usize> = (0..SERVERS).filter(|i| *i != leader).collect();
+        // A follower that serves a leader's session if there is one: that is where a cut-off
+        // follower's answers can keep a deposed leader going.
+        let serving = followers_serving_a_leader(world, &followers).await;
+        let follower = if serving.is_empty() {
+            followers[fault.target % followers.len()]
+        } else {
+            serving[fault.target % serving.len()]
+        };
+        let serves = if serving.contains(&follower) {
+            "serving a leader's session"
+        } else {
+            "serving no in-process leader"
+        };
+        match fault.kind {
+            FaultKind::IsolateFollower => {
+                cluster.isolate(follower)?;
+                format!("isolated server {follower} (a follower {serves}; leader {leader})")
+            }
+            FaultKind::IsolateLeader => {
+                cluster.isolate(leader)?;
+                format!("isolated server {leader} (the quorum leader)")
+            }
+            _ => {
+                let (from, to) = if fault.target & 2 == 0 {
+                    (follower, leader)
+                } else {
+                    (leader, follower)
+                };
+                cluster.cut_one_way(from, to)?;
+                format!(
+                    "held server {from}'s bytes to server {to} (leader {leader}; follower {follower} {serves})"
+                )
+            }
+        }
+    };
+    damage.peers_cut = true;
+    note(&book, format!("{fault}: {done}"));
+    Ok(true)
+}
+
+/// The followers among `followers` that serve the session of an in-process leader now (by
+/// their `cons`).
+async fn followers_serving_a_leader(world: &World, followers: &[usize]) -> Vec<usize> {
+    let sessions: Vec<i64> = lock(&world.book)
+        .local
+        .iter()
+        .filter(|(_, _, t)| t.is_valid())
+        .map(|(_, _, t)| t.session_id())
+        .collect();
+    let mut serving = Vec::new();
+    for f in followers {
+        if let Ok(cons) = world.cluster.four_letter_word(*f, "cons").await
+            && sessions
+                .iter()
+                .any(|id| cons.contains(&format!("sid={id:#x}")))
+        {
+            serving.push(*f);
+        }
+    }
+    serving
 }
 
 /// The machine's load (`/proc/loadavg`), for the log: a trial that fails on a starved machine
@@ -1599,6 +1831,10 @@ async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
     futures::future::try_join_all(killed.iter().map(|i| cluster.restart_server(*i))).await?;
     if !killed.is_empty() {
         note(&book, format!("restarted servers {killed:?}"));
+    }
+    if std::mem::take(&mut damage.peers_cut) {
+        world.cluster.heal();
+        note(&book, "healed every link between servers".to_owned());
     }
     for link in damage.links.drain(..) {
         if let Some(proxy) = world.proxies.get(link) {
@@ -1755,6 +1991,7 @@ async fn finish(
     TrialReport {
         seed: config.seed,
         plan,
+        setup: world.setup,
         faults: driven.faults,
         log,
         history,
@@ -1811,6 +2048,16 @@ mod tests {
             .find(|c| c.policy == ErrorPolicy::SessionExpired)
             .and_then(|c| c.session);
         assert_eq!(session, Some(EXPIRABLE_SESSIONS));
+        let seeded: Vec<&str> = CONTENDERS
+            .iter()
+            .filter(|c| c.seeded_policy)
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(
+            seeded,
+            ["latch-2"],
+            "only the unexpired session's latch has a drawn policy"
+        );
         for seed in 0..500 {
             for round in plan(seed, 4, Duration::from_secs(2)) {
                 for f in round.faults {
@@ -1847,6 +2094,20 @@ mod tests {
         ];
         let kinds: Vec<FaultKind> = in_order(&round).map(|f| f.kind).collect();
         assert_eq!(kinds, [FaultKind::ExpireSession, FaultKind::PauseServer]);
+    }
+
+    #[test]
+    fn setups_reach_a_sync_timeout_beyond_the_session_and_both_policies() {
+        let t = Duration::from_secs(2);
+        assert_eq!(setup(7, t), setup(7, t));
+        let setups: Vec<Setup> = (0..60).map(|seed| setup(seed, t)).collect();
+        assert!(setups.iter().any(|s| s.sync_timeout() > t));
+        assert!(setups.iter().any(|s| s.sync_timeout() == t));
+        assert!(setups.iter().any(|s| s.sync_timeout() < t));
+        for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
+            assert!(setups.iter().any(|s| s.latch_policy == policy));
+        }
+        assert!(setups.iter().all(|s| s.sync_limit >= 2));
     }
 
     #[test]
