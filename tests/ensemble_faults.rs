@@ -113,7 +113,6 @@ async fn session(cluster: &TestingCluster, servers: &[usize]) -> Session {
         .collect::<Vec<_>>()
         .join(",");
     Session::builder(connect.as_str())
-        // TODO(server_tick_time): add `.server_tick_time(cluster.tick_time())` here once SessionBuilder has it.
         .session_timeout(SESSION_TIMEOUT)
         .server_tick_time(cluster.tick_time())
         .connection_timeout(Duration::from_secs(20))

@@ -1385,7 +1385,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
     let mut sessions = Vec::with_capacity(SESSIONS);
     for proxy in proxies.iter().take(SESSIONS) {
         let session = Session::builder(proxy.connect_string())
-            // TODO(server_tick_time): add `.server_tick_time(setup.tick)` here once SessionBuilder has it.
+            .server_tick_time(setup.tick)
             .session_timeout(config.session_timeout)
             .connection_timeout(Duration::from_secs(5))
             .connect()
