@@ -112,6 +112,11 @@ struct Totals {
     heals: usize,
     worst: Option<(Duration, u64)>,
     times: Vec<Duration>,
+    /// Per error policy of the trial's latch-2: trials, and overlapping terms in them.
+    by_policy: BTreeMap<String, (usize, usize)>,
+    /// Trials whose `syncLimit x tickTime` reaches the session timeout.
+    long_sync: usize,
+    session_timeout: Duration,
 }
 
 impl Totals {
@@ -127,6 +132,15 @@ impl Totals {
         self.writes_accepted += r.writes_accepted();
         self.writes_rejected += r.writes_rejected();
         self.overlaps += r.overlaps();
+        let policy = self
+            .by_policy
+            .entry(format!("{:?}", r.setup.latch_policy))
+            .or_default();
+        policy.0 += 1;
+        policy.1 += r.overlaps();
+        if r.setup.sync_timeout() >= self.session_timeout {
+            self.long_sync += 1;
+        }
         self.falling_tokens += r.falling_tokens();
         self.stale_accepted += r.stale_writes_accepted();
         self.orphans += r.orphans.len();
@@ -154,6 +168,16 @@ impl Totals {
                 },
             ),
         ];
+        for (policy, (trials, overlaps)) in &self.by_policy {
+            rows.push((
+                format!("  latch-2 {policy}: trials, overlaps"),
+                format!("{trials}, {overlaps}"),
+            ));
+        }
+        rows.push((
+            "  syncLimit x tick >= session timeout".into(),
+            format!("{} trials", self.long_sync),
+        ));
         let total: usize = self.faults.values().sum();
         rows.push(("faults".into(), total.to_string()));
         for kind in FaultKind::ALL {
@@ -243,7 +267,10 @@ async fn main() -> ExitCode {
         zkr.display()
     );
     let began = Instant::now();
-    let mut totals = Totals::default();
+    let mut totals = Totals {
+        session_timeout: args.session_timeout,
+        ..Totals::default()
+    };
     let bound = TrialConfig::new(first, &zkr)
         .session_timeout(args.session_timeout)
         .leader_bound();
