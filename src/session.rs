@@ -123,6 +123,12 @@ impl SessionBuilder {
     }
 
     /// Accept read-only servers (Curator's `canBeReadOnly`); default `false`.
+    ///
+    /// A client that starts on a read-only server opens a brand-new ZooKeeper session when it
+    /// reaches a writable one; the session reports that as `Lost` then a new session. Note that
+    /// zookeeper-client 0.11 could not establish a session on a ZooKeeper 3.8 read-only server
+    /// in our tests (it cannot parse the server's answer), so with those parts this setting
+    /// only keeps connection attempts to such a server failing.
     pub fn can_be_read_only(mut self, allowed: bool) -> Self {
         self.read_only = allowed;
         self

@@ -566,3 +566,95 @@ async fn a_session_lost_by_its_deadline_is_closed_on_the_server_even_while_the_a
     );
     latch.close().await.unwrap();
 }
+
+/// A session that starts on a read-only server (its ensemble has lost its quorum) and later
+/// reaches a writable one: the client then opens a brand-new ZooKeeper session. The managed
+/// session must treat that as a new session (new epoch, new id), so that a latch's node belongs
+/// to the session it believes it has; otherwise the latch sees its own node as someone else's,
+/// forgets it without deleting it and queues behind itself. Fault: two of three servers down,
+/// then back.
+///
+/// Ignored: zookeeper-client 0.11 cannot establish a session on a ZooKeeper 3.8 read-only
+/// server at all (every attempt ends "unable to unmarshal ConnectResponse due to insufficient
+/// buf"), so the upgrade cannot be reached with these parts today; the session handles it
+/// anyway (`serve` ends a session whose client changed its session id). Run it with
+/// `--ignored` against a client that connects.
+#[tokio::test]
+#[ignore = "zookeeper-client 0.11 cannot connect to a ZooKeeper 3.8 read-only server"]
+async fn a_session_that_moves_from_a_read_only_server_to_a_writable_one_is_a_new_session() {
+    if !zookeeper() {
+        return;
+    }
+    let cluster = TestingCluster::builder()
+        .read_only_mode(true)
+        .start()
+        .await
+        .unwrap();
+    cluster.stop_server(1).await.unwrap();
+    cluster.stop_server(2).await.unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "server 0 to serve read-only",
+        || async {
+            matches!(cluster.mode(0).await, Ok(testing::ServerMode::ReadOnly)).then_some(())
+        },
+    )
+    .await;
+    let s = Session::builder(cluster.server_connect_string(0).unwrap())
+        .session_timeout(Duration::from_secs(4))
+        .server_tick_time(cluster.tick_time())
+        .can_be_read_only(true)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(s.state(), Some(ConnectionState::ReadOnly));
+    let read_only_epoch = s.status().epoch;
+    let mut states = StateRecorder::start(&s);
+    let path = testing::unique_path("read-only-upgrade");
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+
+    let (r1, r2) = tokio::join!(cluster.restart_server(1), cluster.restart_server(2));
+    r1.unwrap();
+    r2.unwrap();
+    let term = within(
+        BOUND,
+        "the latch to lead on a writable server",
+        latch.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let status = s.status();
+    assert!(
+        status.epoch > read_only_epoch,
+        "the move off the read-only server must count as a new session: {status:?}"
+    );
+    assert_eq!(Some(term.session_id()), s.session_id());
+    // The lease is proven twice over on the new session; the term is still the same one, on the
+    // only node under the path, owned by the session the latch believes it has.
+    let proven = s.safe_until();
+    eventually(BOUND, "the new session's lease to advance", || async {
+        (s.safe_until() > proven).then_some(())
+    })
+    .await;
+    assert!(!term.has_ended(), "the term ended: {:?}", term.end_reason());
+    let client = s.client().unwrap();
+    let kids = client.list_children(&path).await.unwrap();
+    assert_eq!(kids.len(), 1, "one node under the path: {kids:?}");
+    let stat = client
+        .check_stat(&format!("{path}/{}", kids[0]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(Some(stat.ephemeral_owner), s.session_id());
+    let seen = states.drain();
+    eprintln!(
+        "read-only upgrade: states {seen:?}, term {} on epoch {}",
+        term.token(),
+        status.epoch
+    );
+    latch.close().await.unwrap();
+}

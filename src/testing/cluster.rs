@@ -36,6 +36,7 @@ pub struct TestingClusterBuilder {
     settings: Settings,
     sync_limit: u32,
     init_limit: u32,
+    read_only_mode: bool,
 }
 
 impl Default for TestingClusterBuilder {
@@ -44,6 +45,7 @@ impl Default for TestingClusterBuilder {
             servers: 3,
             sync_limit: DEFAULT_SYNC_LIMIT,
             init_limit: DEFAULT_INIT_LIMIT,
+            read_only_mode: false,
             settings: Settings {
                 start_timeout: START_TIMEOUT,
                 ..Settings::default()
@@ -83,6 +85,15 @@ impl TestingClusterBuilder {
     /// `minSessionTimeout` (default 400 ms).
     pub fn min_session_timeout(mut self, timeout: Duration) -> Self {
         self.settings.min_session_timeout = timeout;
+        self
+    }
+
+    /// ZooKeeper's read-only mode (`readonlymode.enabled`, default off): a server that has lost
+    /// its quorum serves reads to clients that accept a read-only server
+    /// ([`SessionBuilder::can_be_read_only`](crate::SessionBuilder::can_be_read_only)) instead of
+    /// dropping them; its mode is then [`ServerMode::ReadOnly`].
+    pub fn read_only_mode(mut self, enabled: bool) -> Self {
+        self.read_only_mode = enabled;
         self
     }
 
@@ -280,6 +291,12 @@ impl TestingClusterBuilder {
                     data_dir,
                     cleanup_dir: root.to_path_buf(),
                     client_port,
+                    // ZooKeeper reads this one from the JVM's properties only, not from zoo.cfg.
+                    jvm_flags: if self.read_only_mode {
+                        vec!["-Dreadonlymode.enabled=true".to_owned()]
+                    } else {
+                        Vec::new()
+                    },
                 },
             ));
         }

@@ -204,6 +204,7 @@ pub(crate) struct JvmProcess {
 impl JvmProcess {
     fn spawn(
         install: &Installation,
+        jvm_flags: &[String],
         config: &Path,
         log: &Path,
         workdir: &Path,
@@ -231,6 +232,7 @@ impl JvmProcess {
         if server_logs_wanted() {
             cmd.arg("-Dorg.slf4j.simpleLogger.showDateTime=true");
         }
+        cmd.args(jvm_flags);
         cmd.arg("-cp")
             .arg(&install.classpath)
             .arg(MAIN_CLASS)
@@ -356,6 +358,7 @@ pub(crate) struct ServerNode {
     data_dir: PathBuf,
     /// What the sidecar removes if this process dies (the server's or the cluster's directory).
     cleanup_dir: PathBuf,
+    jvm_flags: Vec<String>,
     address: SocketAddr,
     connect_string: String,
     /// Serialises start/stop/kill/restart (held across awaits).
@@ -373,6 +376,8 @@ pub(crate) struct NodeFiles {
     pub(crate) data_dir: PathBuf,
     pub(crate) cleanup_dir: PathBuf,
     pub(crate) client_port: u16,
+    /// Java system properties beyond the harness's own (`-Dkey=value`).
+    pub(crate) jvm_flags: Vec<String>,
 }
 
 impl ServerNode {
@@ -386,6 +391,7 @@ impl ServerNode {
             workdir: files.workdir,
             data_dir: files.data_dir,
             cleanup_dir: files.cleanup_dir,
+            jvm_flags: files.jvm_flags,
             address,
             connect_string: address.to_string(),
             lifecycle: tokio::sync::Mutex::new(()),
@@ -413,6 +419,7 @@ impl ServerNode {
     pub(crate) fn spawn(&self) -> Result<()> {
         let process = JvmProcess::spawn(
             &self.install,
+            &self.jvm_flags,
             &self.config,
             &self.log,
             &self.workdir,

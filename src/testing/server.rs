@@ -280,6 +280,7 @@ async fn start_process(settings: &Settings) -> Result<Inner> {
                 data_dir: data_dir.clone(),
                 cleanup_dir: dir.path().to_path_buf(),
                 client_port: port,
+                jvm_flags: Vec::new(),
             },
         );
         node.spawn()?;
