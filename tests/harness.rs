@@ -475,7 +475,6 @@ async fn proxy_spans_an_ensemble_in_order() {
 
 #[tokio::test]
 async fn proxy_one_way_blackholes_hold_one_direction_until_heal() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     // No server needed: a plain TCP upstream shows which bytes pass.
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = upstream.local_addr().unwrap().to_string();
@@ -487,50 +486,53 @@ async fn proxy_one_way_blackholes_hold_one_direction_until_heal() {
         .await
         .expect("the proxy did not connect upstream")
         .unwrap();
-    let held = Duration::from_millis(300);
-    let mut buf = [0u8; 4];
-
     proxy.blackhole_requests();
-    client.write_all(b"req1").await.unwrap();
-    server.write_all(b"rep1").await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf))
-        .await
-        .expect("a reply did not pass while only requests were held")
-        .unwrap();
-    assert_eq!(&buf, b"rep1");
-    assert!(
-        tokio::time::timeout(held, server.read_exact(&mut buf))
-            .await
-            .is_err(),
-        "a request passed while requests were held"
-    );
-    proxy.heal();
-    tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut buf))
-        .await
-        .expect("the held request did not pass after heal")
-        .unwrap();
-    assert_eq!(&buf, b"req1");
-
+    one_way_is_held(
+        &proxy,
+        &mut server,
+        &mut client,
+        b"req1",
+        b"rep1",
+        "request",
+    )
+    .await;
     proxy.blackhole_replies();
-    client.write_all(b"req2").await.unwrap();
-    server.write_all(b"rep2").await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), server.read_exact(&mut buf))
+    one_way_is_held(&proxy, &mut client, &mut server, b"rep2", b"req2", "reply").await;
+}
+
+/// With one direction of `proxy` blackholed: `passing` bytes written towards `open_end` arrive
+/// at once, `held` bytes written towards `held_end` arrive only after the heal.
+async fn one_way_is_held(
+    proxy: &FaultProxy,
+    held_end: &mut tokio::net::TcpStream,
+    open_end: &mut tokio::net::TcpStream,
+    held: &[u8; 4],
+    passing: &[u8; 4],
+    what: &str,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = [0u8; 4];
+    // The held bytes start at the open end and go towards the held end; the passing ones the
+    // other way.
+    open_end.write_all(held).await.unwrap();
+    held_end.write_all(passing).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), open_end.read_exact(&mut buf))
         .await
-        .expect("a request did not pass while only replies were held")
+        .unwrap_or_else(|_| panic!("bytes against the held {what} direction did not pass"))
         .unwrap();
-    assert_eq!(&buf, b"req2");
+    assert_eq!(&buf, passing);
     assert!(
-        tokio::time::timeout(held, client.read_exact(&mut buf))
+        tokio::time::timeout(Duration::from_millis(300), held_end.read_exact(&mut buf))
             .await
             .is_err(),
-        "a reply passed while replies were held"
+        "a {what} passed while {what}s were held"
     );
     proxy.heal();
-    tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut buf))
+    tokio::time::timeout(Duration::from_secs(5), held_end.read_exact(&mut buf))
         .await
-        .expect("the held reply did not pass after heal")
+        .unwrap_or_else(|_| panic!("the held {what} did not pass after heal"))
         .unwrap();
-    assert_eq!(&buf, b"rep2");
+    assert_eq!(&buf, held);
 }
 
 #[test]
