@@ -658,3 +658,94 @@ async fn a_session_that_moves_from_a_read_only_server_to_a_writable_one_is_a_new
     );
     latch.close().await.unwrap();
 }
+
+/// A protected create whose reply is lost, retried after the session moved to another follower
+/// that the leader's bytes had stopped reaching: exactly one node, adopted. Faults: the leader's
+/// bytes to one follower held, the client's link to the other follower cut while the create's
+/// reply is on its way.
+///
+/// Meant to show a lagging follower hiding the first attempt's node (the retry syncs before it
+/// lists for that reason), but it cannot: the session's move to that follower completes only
+/// when the leader has revalidated the session, and the leader's answer travels behind the
+/// create's commit on the same link, so the follower has the node by then. It passes with and
+/// without the `sync`; it stays as the ensemble case of the lost-reply rule.
+#[tokio::test]
+async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_another_follower() {
+    if !zookeeper() {
+        return;
+    }
+    // A follower that lags keeps serving for syncLimit x tick = 6 s: time for the retry.
+    let cluster = TestingCluster::builder()
+        .sync_limit(30)
+        .start()
+        .await
+        .unwrap();
+    let leader = cluster.wait_for_leader(BOUND).await.unwrap();
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let mut proxies = Vec::new();
+    for f in &followers {
+        let upstream = cluster.server_connect_string(*f).unwrap().to_owned();
+        proxies.push(testing::FaultProxy::start(&[upstream]).await.unwrap());
+    }
+    let observer = session(cluster.server_connect_string(leader).unwrap(), BOUND).await;
+    let path = testing::unique_path("lagging-retry");
+    observer
+        .client()
+        .unwrap()
+        .mkdir(
+            &path,
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let connect = format!(
+        "{},{}",
+        proxies[0].connect_string(),
+        proxies[1].connect_string()
+    );
+    let s = Session::builder(connect)
+        .session_timeout(Duration::from_secs(10))
+        .server_tick_time(cluster.tick_time())
+        .connect()
+        .await
+        .unwrap();
+    // `a`: the follower the session is on; `b`: the other, which is about to lag.
+    let a = (0..2)
+        .find(|i| proxies[*i].connection_count() > 0)
+        .expect("the session is on neither follower's proxy");
+    let b = 1 - a;
+    // b has everything up to now (the parent included) before it starts to lag.
+    let on_b = session(cluster.server_connect_string(followers[b]).unwrap(), BOUND).await;
+    let b_client = on_b.client().unwrap();
+    b_client.sync(&path).await.unwrap();
+    assert!(b_client.check_stat(&path).await.unwrap().is_some());
+    cluster.cut_one_way(leader, followers[b]).unwrap();
+
+    // The create reaches a and the leader; its reply waits in a's proxy, which is then cut for
+    // good: the session moves to b, which has not seen the create.
+    proxies[a].delay_replies(Duration::from_millis(600));
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxies[a].cut();
+    eventually(
+        BOUND,
+        "the session to reach the lagging follower",
+        || async { (proxies[b].connection_count() > 0).then_some(()) },
+    )
+    .await;
+    // Let the retry run against b while it lags, then let b catch up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.heal();
+    let term = within(BOUND, "the latch to lead", latch.await_leadership())
+        .await
+        .unwrap();
+    let kids = children(&observer, &path).await;
+    assert_eq!(kids.len(), 1, "one node for one create: {kids:?}");
+    assert_eq!(term.path(), format!("{path}/{}", kids[0]));
+    latch.close().await.unwrap();
+}
