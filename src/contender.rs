@@ -27,6 +27,7 @@
 //!   ephemeral election path, an ACL it rejects) stops the contender with
 //!   [`Error::Refused`], which every wait of its recipe returns; other errors are retried.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -188,7 +189,7 @@ struct Shared {
     /// Made by the first subscriber: most contenders (every mutex acquire) never have one, and a
     /// channel's buffer is allocated up front.
     events_tx: std::sync::OnceLock<broadcast::Sender<ContenderEvent>>,
-    notify_on_close: std::sync::atomic::AtomicBool,
+    notify_on_close: AtomicBool,
     /// Why the contender stopped by itself, set before its phase turns `Done`.
     failure: std::sync::OnceLock<Error>,
 }
@@ -235,7 +236,7 @@ impl Contender {
             phase_tx,
             node_tx,
             events_tx: std::sync::OnceLock::new(),
-            notify_on_close: std::sync::atomic::AtomicBool::new(notify_on_close),
+            notify_on_close: AtomicBool::new(notify_on_close),
             failure: std::sync::OnceLock::new(),
         });
         let span = info_span!(parent: None, "contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
@@ -270,9 +271,7 @@ impl Contender {
     }
 
     pub(crate) fn set_notify_on_close(&self, notify: bool) {
-        self.shared
-            .notify_on_close
-            .store(notify, std::sync::atomic::Ordering::Release);
+        self.shared.notify_on_close.store(notify, Ordering::Release);
     }
 
     /// Ends the running term (its token fires) but keeps the node until [`close`](Self::close):
@@ -529,15 +528,15 @@ async fn step(
         Standing::Behind {
             predecessor,
             position,
-        } => {
-            let step = wait_behind(shared, feed, &live, &own, watch, &predecessor, position).await;
-            if let Step::Exit(Exit::Gone) = step {
+        } => match wait_behind(shared, feed, &live, watch, &predecessor, position).await {
+            Waited::Claim => lead_if_owned(shared, feed, &live, &own, node, watch).await,
+            Waited::Step(Step::Exit(Exit::Gone)) => {
                 warn!(node = %own.path, "our node was deleted by someone else while waiting; joining again (CURATOR-724)");
                 forget_node(shared, node, watch);
-                return Step::Again;
+                Step::Again
             }
-            step
-        }
+            Waited::Step(step) => step,
+        },
     }
 }
 
@@ -642,10 +641,7 @@ async fn lead_if_owned(
     shared.leadership_tx.send_replace(None);
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
         "leadership ended");
-    let notify = end != TermEnd::Closed
-        || shared
-            .notify_on_close
-            .load(std::sync::atomic::Ordering::Acquire);
+    let notify = end != TermEnd::Closed || shared.notify_on_close.load(Ordering::Acquire);
     if notify {
         shared.emit(ContenderEvent::NotLeader { term, reason: end });
     }
@@ -740,67 +736,141 @@ async fn wait_for_recovery(shared: &Shared, feed: &mut StateFeed) -> Step {
     }
 }
 
+/// How a wait behind a predecessor ends.
+enum Waited {
+    /// First in line now, known without a listing ([`first_without_listing`]): lead.
+    Claim,
+    /// Anything else, for `step` to return.
+    Step(Step),
+}
+
 /// Behind someone: watch only the predecessor until it goes.
+///
+/// `position` is how many nodes were ahead of ours in the listing: when it is 1, the
+/// predecessor's deletion can make us the leader without listing again
+/// ([`first_without_listing`]).
 async fn wait_behind(
     shared: &Shared,
     feed: &mut StateFeed,
     live: &Live,
-    own: &OwnNode,
     watch: &mut Option<OwnWatch>,
     predecessor: &str,
     position: usize,
-) -> Step {
+) -> Waited {
     // Leadership is already false here (it is set false whenever a term ends), before the watch
     // is set (CURATOR-652/653).
     shared.phase_tx.send_replace(Phase::Waiting { position });
     let predecessor_path = path::join(&shared.spec.path, predecessor);
-    // Our node's watch goes out in the same write as the predecessor's.
+    // Taken before any request below goes out: a change of the client's connection from here on
+    // means the predecessor's event may be a replay, out of zxid order.
+    let mut connection = live.client.state_watcher();
+    let steady = connection.state() == zookeeper_client::SessionState::SyncConnected;
+    let leads_next = position == 1;
+    // Our node's watch goes out in the same write as the predecessor's, ahead of it.
     if own_watch_fired(watch) {
-        return Step::Exit(Exit::Gone);
+        return Waited::Step(Step::Exit(Exit::Gone));
     }
     let watcher = match live.client.get_and_watch_data(&predecessor_path).await {
         Ok((_, stat, watcher)) => {
             if stat.ephemeral_owner == 0 {
                 // Named like a contender but persistent (made or rewritten by hand): it never
                 // leaves by itself, and Curator contenders wait behind it too. Say so.
-                warn!(node = %own.path, predecessor = %predecessor_path,
+                warn!(predecessor = %predecessor_path,
                     "the node ahead of ours is not ephemeral: it never leaves by itself; the election waits until an operator deletes it");
             }
             watcher
         }
         Err(zookeeper_client::Error::NoNode) => {
-            // Gone between listing and watching: list again, keep our node (CURATOR-644/645).
+            // Gone between listing and watching: keep our node (CURATOR-644/645), and list again
+            // unless the predecessor was the leader.
+            if own_watch_fired(watch) {
+                return Waited::Step(Step::Exit(Exit::Gone));
+            }
+            if leads_next && first_without_listing(watch, &mut connection, steady) {
+                debug!(predecessor = %predecessor_path, "the leader ahead of us is already gone; leading without listing again");
+                return Waited::Claim;
+            }
             debug!(predecessor = %predecessor_path, "predecessor already gone; listing again");
-            return Step::Again;
+            return Waited::Step(Step::Again);
         }
-        Err(e) => return on_error("watch", &predecessor_path, e.into()),
+        Err(e) => return Waited::Step(on_error("watch", &predecessor_path, e.into())),
     };
-    debug!(node = %own.path, predecessor = %predecessor_path, position, "waiting behind predecessor");
+    debug!(predecessor = %predecessor_path, position, "waiting behind predecessor");
     let mut predecessor_watch = Box::pin(watcher.changed());
     loop {
         tokio::select! {
             biased;
-            _ = shared.stop.cancelled() => return Step::Exit(Exit::Closed),
+            _ = shared.stop.cancelled() => return Waited::Step(Step::Exit(Exit::Closed)),
             event = &mut predecessor_watch => {
                 debug!(predecessor = %predecessor_path, event = ?event.event_type, "predecessor event");
-                return Step::Again;
+                if own_watch_fired(watch) {
+                    return Waited::Step(Step::Exit(Exit::Gone));
+                }
+                if leads_next
+                    && event.event_type == zookeeper_client::EventType::NodeDeleted
+                    && first_without_listing(watch, &mut connection, steady)
+                {
+                    debug!(predecessor = %predecessor_path, "the leader ahead of us is gone; leading without listing again");
+                    return Waited::Claim;
+                }
+                return Waited::Step(Step::Again);
             }
-            () = own_node_gone(watch) => return Step::Exit(Exit::Gone),
+            () = own_node_gone(watch) => return Waited::Step(Step::Exit(Exit::Gone)),
             status = feed.next(shared) => {
                 // The watch survives a reconnect within the session (the client re-registers it
                 // and the server replays what was missed). A new session or a loss: start over.
                 if status.closed || status.epoch != live.epoch || !matches!(status.state,
                     Some(ConnectionState::Suspended | ConnectionState::Reconnected | ConnectionState::Connected)) {
-                    return Step::Again;
+                    return Waited::Step(Step::Again);
                 }
             }
         }
     }
 }
 
-/// Completes when our node is deleted or no longer ours: the one watch a contender keeps on its
-/// own node, for as long as the node lives.
-type OwnWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// Whether a waiter whose predecessor was first in its listing, and is now deleted, leads
+/// without listing again. Call it only after the predecessor's deletion was seen and our own
+/// watch was polled (`own_watch_fired` returned false).
+///
+/// The argument: sequence numbers only grow, so a node created after our listing sorts after
+/// ours, and with the first node gone ours is first, unless ours was deleted too. ZooKeeper
+/// sends a connection's replies and events in zxid order, and our node's watch was registered
+/// (or re-registered when the connection was made) ahead of the predecessor's watch: had our
+/// node been deleted first, its event (or the check's answer that it is missing) would have
+/// arrived first. That needs:
+/// - the client's connection unchanged since before the predecessor's watch went out
+///   (`steady` at the start, no state change since): events that a reconnect replays are not in
+///   zxid order;
+/// - our node's watch registered, that is its check answered and not fired since (`armed`): a
+///   check still in flight, or re-sent after our node changed, may be answered after the event.
+///
+/// Otherwise the caller lists. The session-level checks (same session, connected) follow in
+/// `lead_if_owned`, as for a claim after a listing.
+fn first_without_listing(
+    watch: &mut Option<OwnWatch>,
+    connection: &mut zookeeper_client::StateWatcher,
+    steady: bool,
+) -> bool {
+    use futures::FutureExt;
+    steady
+        && connection.changed().now_or_never().is_none()
+        && watch.as_ref().is_some_and(OwnWatch::is_armed)
+}
+
+/// The one watch a contender keeps on its own node, for as long as the node lives: `fired`
+/// completes when the node is deleted or no longer ours.
+struct OwnWatch {
+    fired: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// Set while the watch is known to be registered on the server: its check was answered with
+    /// the node alive and ours, and it has not fired since. Cleared while a check is in flight.
+    armed: Arc<AtomicBool>,
+}
+
+impl OwnWatch {
+    fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+}
 
 /// Watches our node `path` of session `epoch` (id `session_id`) and completes when it is deleted,
 /// found missing or owned by another session. The watch request goes out on the first poll, in
@@ -810,14 +880,19 @@ type OwnWatch = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 /// the server fires it if the node went meanwhile); when the session ends it never completes,
 /// and the session's own `Lost` ends the term instead.
 fn watch_own(session: Session, path: String, epoch: u64, session_id: i64) -> OwnWatch {
-    Box::pin(async move {
+    let armed = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&armed);
+    let fired = Box::pin(async move {
         loop {
+            flag.store(false, Ordering::Release);
             let Some(live) = session.live_for(epoch) else {
                 return std::future::pending().await;
             };
             match live.client.check_and_watch_stat(&path).await {
                 Ok((Some(stat), watcher)) if stat.ephemeral_owner == session_id => {
+                    flag.store(true, Ordering::Release);
                     let event = watcher.changed().await;
+                    flag.store(false, Ordering::Release);
                     match event.event_type {
                         zookeeper_client::EventType::NodeDeleted => return,
                         zookeeper_client::EventType::Session => {
@@ -852,7 +927,8 @@ fn watch_own(session: Session, path: String, epoch: u64, session_id: i64) -> Own
                 }
             }
         }
-    })
+    });
+    OwnWatch { fired, armed }
 }
 
 /// Polls the watch on our node once, which sends its request if it has not gone out yet; whether
@@ -861,7 +937,7 @@ fn own_watch_fired(watch: &mut Option<OwnWatch>) -> bool {
     use futures::FutureExt;
     let fired = watch
         .as_mut()
-        .is_some_and(|w| w.as_mut().now_or_never().is_some());
+        .is_some_and(|w| w.fired.as_mut().now_or_never().is_some());
     if fired {
         *watch = None;
     }
@@ -872,8 +948,8 @@ fn own_watch_fired(watch: &mut Option<OwnWatch>) -> bool {
 /// then. Cancel safe: the watch's progress lives in the box.
 async fn own_node_gone(watch: &mut Option<OwnWatch>) {
     match watch {
-        Some(fired) => {
-            fired.as_mut().await;
+        Some(own) => {
+            own.fired.as_mut().await;
             *watch = None;
         }
         None => std::future::pending().await,
