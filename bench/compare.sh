@@ -11,7 +11,8 @@
 # The ZooKeeper is the Rust bench's embedded server (`bench server`: standalone, tickTime 500,
 # fsync on), started once and stopped at the end. Each workload runs on Rust, then on Curator.
 # After them the Rust bench's `floor` workload measures what the server alone needs for a
-# handover's requests, printed under the table. A run that fails, or takes longer than $BENCH_TIMEOUT seconds (default 900), shows `-` in the
+# handover's requests and for a lock cycle's, printed under the table with each side's figure
+# over its floor. A run that fails, or takes longer than $BENCH_TIMEOUT seconds (default 900), shows `-` in the
 # table and the script carries on (Curator may not cope with 1,000 clients on a small machine).
 # Progress and each side's diagnostics go to stderr; the table goes to stdout.
 #
@@ -37,9 +38,11 @@ else
         "lock 1 10"
         "lock 4 10"
         "many 1000"
+        "many 10000"
         "idle 1"
         "idle 100"
         "idle 1000"
+        "idle 10000"
     )
 fi
 timeout_s=${BENCH_TIMEOUT:-900}
@@ -191,5 +194,31 @@ for w in "${workloads[@]}"; do
         printf '| %-17s | %-36s | %10s | %10s | %12s | %-6s |\n' "$w" "$f ($u)" "$r" "$c" "$ratio" "$(better_of "$f")"
     done
 done
-printf '\nthe server floor for a handover (%s: one fsynced delete, its event, one listing, no recipe): p50 %s ms, p99 %s ms\n' \
-    "$floor_workload" "${value["$floor_workload|floor_handover_ms_p50|rust"]:--}" "${value["$floor_workload|floor_handover_ms_p99|rust"]:--}"
+fv() { local v=${value["$floor_workload|$1|rust"]:-}; printf '%s' "${v:--}"; }
+printf '\nthe server floors (%s, raw client, no recipe):\n' "$floor_workload"
+printf -- '- a handover in which the successor claims on the event (one fsynced delete, its event): p50 %s ms, p99 %s ms\n' \
+    "$(fv floor_handover_ms_p50)" "$(fv floor_handover_ms_p99)"
+printf -- '- a handover in which the successor lists first (delete, event, listing): p50 %s ms, p99 %s ms\n' \
+    "$(fv floor_listed_handover_ms_p50)" "$(fv floor_listed_handover_ms_p99)"
+printf -- '- a lock cycle (create + delete, both fsynced): %s ops/s with 1 client, %s ops/s with 4\n' \
+    "$(fv floor_lock_ops_per_s)" "$(fv floor_lock4_ops_per_s)"
+
+# Each side's figure over the floor it cannot go below.
+ratio() { # a b
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b }'
+}
+printf '\n| %-17s | %-36s | %10s | %10s |\n' workload "figure over the server's floor" rust curator
+printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1..38})" \
+    "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..12})"
+for w in "${workloads[@]}"; do
+    read -ra args <<<"$w"
+    case ${args[0]} in
+        handover) f=handover_ms_p50 floor=floor_handover_ms_p50 ;;
+        lock) f=lock_ops_per_s floor=floor_lock_ops_per_s
+            [[ ${args[1]} == 1 ]] || floor=floor_lock4_ops_per_s ;;
+        *) continue ;;
+    esac
+    [[ ${args[0]} != lock || ${args[1]} == 1 || ${args[1]} == 4 ]] || continue
+    printf '| %-17s | %-36s | %10s | %10s |\n' "$w" "$f / $floor" \
+        "$(ratio "${value["$w|$f|rust"]:-}" "$(fv $floor)")" "$(ratio "${value["$w|$f|curator"]:-}" "$(fv $floor)")"
+done

@@ -11,7 +11,7 @@
 //!   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
 //!   many N         N LeaderLatches on one session, on N paths
 //!   idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
-//!   floor R        the server's own floor for a handover: R rounds of the same requests, raw
+//!   floor R [S]    the server's own floors: a handover's requests (R rounds) and a lock's (S s)
 //!   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 //! ```
 //!
@@ -59,12 +59,17 @@
 //! - `lock C S`: C sessions, each with an [`InterProcessMutex`] on one path, each looping
 //!   acquire + release. After 1 s of unmeasured warm-up, the acquire+release cycles completed in
 //!   the next S seconds, over all clients, divided by S: `lock_ops_per_s`.
-//! - `floor R`: no recipe at all: what the server needs for the two requests of a handover, to
-//!   tell how much of a handover is the client's. Two sessions; per round one creates an
-//!   ephemeral sequential node, the other watches it (getData), both stay idle for the control
-//!   window as before a handover (an idle server and CPU wake up slower than busy ones), then the
-//!   first deletes the node and the time until the second has its event and a listing of the
-//!   parent is one round. Prints `floor_handover_ms_p50` and `floor_handover_ms_p99`.
+//! - `floor R [S]`: no recipe at all: what the server needs, to tell how much of a handover or a
+//!   lock cycle is the client's. Two sessions; per round one creates an ephemeral sequential
+//!   node, the other watches it (getData), both stay idle for the control window as before a
+//!   handover (an idle server and CPU wake up slower than busy ones), then the first deletes the
+//!   node: the time until the second has its event is `floor_handover_ms_p50` / `_p99` (one
+//!   fsynced delete and its event: the floor of a handover in which the successor claims on the
+//!   event), and until it also has a listing of the parent, `floor_listed_handover_ms_p50` /
+//!   `_p99` (the floor of a handover in which the successor lists first, as Curator's does).
+//!   Then S seconds (default 10, after a 1 s warm-up) of 1, and of 4, sessions each looping
+//!   create (ephemeral sequential) + delete under one path, the two fsynced writes of an
+//!   uncontended acquire+release: `floor_lock_ops_per_s` and `floor_lock4_ops_per_s`.
 //! - `many N`: one session; N latches on N fresh paths (siblings under one existing parent),
 //!   started at once. `many_start_ms` is the time until every latch has its node;
 //!   `rss_kb_per_latch` is the growth of this process's resident set (`VmRSS` of
@@ -131,7 +136,8 @@ usage: bench [--connect HOSTS] <workload> <args>
   lock C S       C clients, each on its own session, acquire+release one mutex for S seconds
   many N         N LeaderLatches on one session, on N paths
   idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
-  floor R        R rounds of a handover's requests on the raw client: the server's floor
+  floor R [S]    the server's floors on the raw client: R handover rounds, S s (default 10)
+                 of a lock's create+delete with 1 and with 4 clients
   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 
 HOSTS defaults to $ZK_CONNECT, else an embedded ZooKeeper (tickTime 500, fsync on).
@@ -165,6 +171,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_SETTLE: Duration = Duration::from_secs(2);
 /// The window in which `idle` counts the server's packets.
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
+/// How long `floor` cycles the raw lock requests when no S is given.
+const FLOOR_LOCK_SECONDS: u64 = 10;
 /// The parent of every path the bench uses.
 const ROOT: &str = "/zkr-bench";
 
@@ -176,7 +184,7 @@ enum Workload {
     Lock { clients: usize, seconds: u64 },
     Many { latches: usize },
     Idle { latches: usize, timeout: Duration },
-    Floor { rounds: usize },
+    Floor { rounds: usize, seconds: u64 },
     Server,
 }
 
@@ -266,9 +274,16 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
         }
         "floor" => {
-            expect(1, "R")?;
+            if !(1..=2).contains(&params.len()) {
+                return Err(format!("`{name}` takes R [S], got {params:?}"));
+            }
             Workload::Floor {
                 rounds: count(0, "R (rounds)", 1)?,
+                seconds: if params.len() == 2 {
+                    positive(1, "S (seconds)", 1)?
+                } else {
+                    FLOOR_LOCK_SECONDS
+                },
             }
         }
         "server" => {
@@ -601,7 +616,7 @@ async fn handover(target: &ZooKeeper, candidates: usize, rounds: usize) -> Resul
     Ok(())
 }
 
-async fn floor(target: &ZooKeeper, rounds: usize) -> Result<()> {
+async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
     use zookeeper_client::{Acls, CreateMode};
     let leader = connect_one(target.connect_string()).await?;
     let successor = connect_one(target.connect_string()).await?;
@@ -609,7 +624,8 @@ async fn floor(target: &ZooKeeper, rounds: usize) -> Result<()> {
     ensure_path(&leader, &path).await?;
     let (leader, successor) = (leader.client()?, successor.client()?);
     let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let mut millis = Vec::with_capacity(rounds);
+    let mut event_ms = Vec::with_capacity(rounds);
+    let mut listed_ms = Vec::with_capacity(rounds);
     for round in 0..WARMUP_ROUNDS + rounds {
         let (_, sequence) = leader
             .create(&format!("{path}/n-"), b"floor", &ephemeral)
@@ -624,24 +640,71 @@ async fn floor(target: &ZooKeeper, rounds: usize) -> Result<()> {
             watcher.changed(),
         )
         .await?;
+        let event = t0.elapsed();
         successor.list_children(&path).await?;
-        let elapsed = t0.elapsed();
+        let listed = t0.elapsed();
         delete.await?;
         if round >= WARMUP_ROUNDS {
-            millis.push(elapsed.as_secs_f64() * 1e3);
+            event_ms.push(event.as_secs_f64() * 1e3);
+            listed_ms.push(listed.as_secs_f64() * 1e3);
         }
     }
-    for (name, q) in [
-        ("floor_handover_ms_p50", 0.5),
-        ("floor_handover_ms_p99", 0.99),
+    for (name, values, q) in [
+        ("floor_handover_ms_p50", &event_ms, 0.5),
+        ("floor_handover_ms_p99", &event_ms, 0.99),
+        ("floor_listed_handover_ms_p50", &listed_ms, 0.5),
+        ("floor_listed_handover_ms_p99", &listed_ms, 0.99),
     ] {
         figure(
             name,
-            format_args!("{:.3}", percentile(&millis, q).unwrap_or(f64::NAN)),
+            format_args!("{:.3}", percentile(values, q).unwrap_or(f64::NAN)),
             "ms",
         );
     }
+    for (name, clients) in [("floor_lock_ops_per_s", 1), ("floor_lock4_ops_per_s", 4)] {
+        let ops = lock_floor(target, clients, seconds).await?;
+        figure(name, format_args!("{ops:.1}"), "ops/s");
+    }
     Ok(())
+}
+
+/// What the server allows a lock: `clients` sessions, each looping the two writes of an
+/// uncontended acquire+release (create an ephemeral sequential node under one path, delete
+/// it) on the raw client, for `seconds` after the warm-up; cycles per second over all clients.
+async fn lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<f64> {
+    use zookeeper_client::{Acls, CreateMode};
+    let sessions = connect_sessions(target.connect_string(), clients).await?;
+    let path = fresh_path("lock-floor");
+    ensure_path(sessions.first().ok_or("no sessions")?, &path).await?;
+    let measured_from = Instant::now() + LOCK_WARMUP;
+    let until = measured_from + Duration::from_secs(seconds);
+    let mut tasks = Vec::with_capacity(clients);
+    for session in &sessions {
+        let client = session.client()?;
+        let prefix = format!("{path}/lock-");
+        tasks.push(tokio::spawn(async move {
+            let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+            let mut measured = 0u64;
+            loop {
+                let (_, sequence) = client.create(&prefix, b"floor", &ephemeral).await?;
+                client.delete(&format!("{prefix}{sequence}"), None).await?;
+                let now = Instant::now();
+                if now >= until {
+                    return Ok::<_, BoxError>(measured);
+                }
+                if now >= measured_from {
+                    measured += 1;
+                }
+            }
+        }));
+    }
+    let mut total = 0u64;
+    for task in tasks {
+        total += task.await??;
+    }
+    eprintln!("bench: lock floor C={clients} S={seconds}: {total} create+delete cycles");
+    close_sessions(&sessions).await;
+    Ok(total as f64 / seconds as f64)
 }
 
 async fn join(target: &ZooKeeper, candidates: usize) -> Result<()> {
@@ -908,7 +971,7 @@ async fn run(args: Args) -> Result<()> {
         Workload::Lock { clients, seconds } => lock(&target, clients, seconds).await,
         Workload::Many { latches } => many(&target, latches).await,
         Workload::Idle { latches, timeout } => idle(&target, latches, timeout).await,
-        Workload::Floor { rounds } => floor(&target, rounds).await,
+        Workload::Floor { rounds, seconds } => floor(&target, rounds, seconds).await,
         Workload::Server => server().await,
     }
 }
@@ -996,7 +1059,17 @@ mod tests {
         );
         assert_eq!(
             args("floor 200").map(|a| a.workload),
-            Ok(Workload::Floor { rounds: 200 })
+            Ok(Workload::Floor {
+                rounds: 200,
+                seconds: 10
+            })
+        );
+        assert_eq!(
+            args("floor 200 3").map(|a| a.workload),
+            Ok(Workload::Floor {
+                rounds: 200,
+                seconds: 3
+            })
         );
         assert_eq!(args("server").map(|a| a.workload), Ok(Workload::Server));
     }
@@ -1009,6 +1082,8 @@ mod tests {
             ("handover 20", "takes N R"),
             ("handover 20 x", "R (rounds)"),
             ("lock 1 0", "S (seconds)"),
+            ("floor 200 0", "S (seconds)"),
+            ("floor 200 3 1", "takes R [S]"),
             ("join -3", "N (candidates)"),
             ("many 10 10", "takes N"),
             ("idle", "takes N [T]"),

@@ -770,8 +770,8 @@ async fn with_fifty_candidates_a_release_wakes_only_the_successor() {
         mean.as_micros(),
         requests
     );
-    // The leader's delete and the successor's one listing. A heartbeat of one of the 50
-    // sessions may fall into the window; a herd would cost ~45 more.
+    // The leader's delete (the successor claims on its event, with no request). A heartbeat of
+    // one of the 50 sessions may fall into the window; a herd would cost ~45 more.
     for r in &requests {
         assert!(
             *r <= 4,
