@@ -675,7 +675,18 @@ async fn lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<
     use zookeeper_client::{Acls, CreateMode};
     let sessions = connect_sessions(target.connect_string(), clients).await?;
     let path = fresh_path("lock-floor");
-    ensure_path(sessions.first().ok_or("no sessions")?, &path).await?;
+    let first = sessions.first().ok_or("no sessions")?;
+    ensure_path(first, ROOT).await?;
+    // Persistent, not a container: between two cycles the path has no child, and the server
+    // removes empty containers.
+    first
+        .client()?
+        .create(
+            &path,
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await?;
     let measured_from = Instant::now() + LOCK_WARMUP;
     let until = measured_from + Duration::from_secs(seconds);
     let mut tasks = Vec::with_capacity(clients);
@@ -703,6 +714,7 @@ async fn lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<
         total += task.await??;
     }
     eprintln!("bench: lock floor C={clients} S={seconds}: {total} create+delete cycles");
+    first.client()?.delete(&path, None).await?;
     close_sessions(&sessions).await;
     Ok(total as f64 / seconds as f64)
 }
