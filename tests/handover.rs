@@ -59,6 +59,11 @@ async fn until_watching(server: &TestingServer, session: &Session, paths: &[&str
     .await;
 }
 
+/// The sequence number at the end of a node's name (`_c_<uuid>-latch-0000000012`).
+fn sequence(node: &str) -> u64 {
+    node.rsplit('-').next().unwrap().parse().unwrap()
+}
+
 /// The node paths of every term `events` reported so far.
 fn term_paths(events: &Recording<LatchEvent>) -> Vec<String> {
     events
@@ -272,7 +277,10 @@ async fn a_waiter_whose_node_goes_just_before_the_leaders_rejoins_and_its_succes
         b.our_path().filter(|p| *p != b_node)
     })
     .await;
-    assert!(rejoined > c_node, "b's new node sorts after c's");
+    assert!(
+        sequence(&rejoined) > sequence(&c_node),
+        "b's new node {rejoined} sorts after c's {c_node}"
+    );
     assert!(
         term_paths(&b_events).is_empty(),
         "b led: {:?}",
