@@ -263,11 +263,14 @@ async fn a_waiter_whose_node_goes_just_before_the_leaders_rejoins_and_its_succes
     .await;
 
     // b's node, then a's, in one transaction: b sees its own deletion before its predecessor's.
-    let raw = admin.client().unwrap();
-    let mut both = raw.new_multi_writer();
-    both.add_delete(&b_node, None).unwrap();
-    both.add_delete(&a_node, None).unwrap();
-    both.commit().await.unwrap();
+    {
+        // A client handle kept alive would hold the admin session open past its close.
+        let raw = admin.client().unwrap();
+        let mut both = raw.new_multi_writer();
+        both.add_delete(&b_node, None).unwrap();
+        both.add_delete(&a_node, None).unwrap();
+        both.commit().await.unwrap();
+    }
 
     let term = within(BOUND, "c to lead", c.await_leadership())
         .await
@@ -291,6 +294,9 @@ async fn a_waiter_whose_node_goes_just_before_the_leaders_rejoins_and_its_succes
         l.close().await.unwrap();
     }
     admin.close().await.unwrap();
+    for s in sessions {
+        s.close().await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -366,11 +372,13 @@ async fn a_waiter_whose_node_is_rewritten_as_the_leader_leaves_leads_once_on_its
 
     // b's own watch fires first and is set again; the predecessor's deletion may arrive while
     // that check is in flight, when the event alone does not prove b's node alive.
-    let raw = admin.client().unwrap();
-    let mut both = raw.new_multi_writer();
-    both.add_set_data(&b_node, b"rewritten", None).unwrap();
-    both.add_delete(&a_node, None).unwrap();
-    both.commit().await.unwrap();
+    {
+        let raw = admin.client().unwrap();
+        let mut both = raw.new_multi_writer();
+        both.add_set_data(&b_node, b"rewritten", None).unwrap();
+        both.add_delete(&a_node, None).unwrap();
+        both.commit().await.unwrap();
+    }
 
     let term = within(BOUND, "b to lead", b.await_leadership())
         .await
