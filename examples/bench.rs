@@ -12,6 +12,8 @@
 //!   many N         N LeaderLatches on one session, on N paths
 //!   idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
 //!   floor R [S]    the server's own floors: a handover's requests (R rounds) and a lock's (S s)
+//!   pool J R [T]   a LeaderPool of J jobs over R replica processes (timeout T s, default 4):
+//!                  settle time, requests and assignment bytes after start, a join, a kill -9
 //!   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 //! ```
 //!
@@ -83,6 +85,23 @@
 //!   server with no other client (as under `bench/compare.sh`) it is this session's heartbeats,
 //!   one `sync` every eighth of the negotiated timeout whatever N (each latch watches its own
 //!   node rather than being polled). Every latch must still lead when the window ends.
+//! - `pool J R [T]`: a [`LeaderPool`](zookeeper_recipes::LeaderPool) of J jobs (`job-0000` ..)
+//!   over R replicas, each a process of its own (the bench re-executes itself with a hidden
+//!   `pool-replica` workload, so that `kill -9` is real) with its own session of timeout T
+//!   seconds (default 4). The replicas connect before any window opens and report what they see
+//!   over their stdout, not through ZooKeeper; the pool has *settled* when every live replica has
+//!   read the same assignment, it names exactly the live replicas and gives each its quota
+//!   (`floor` or `ceil` of J / n), and every replica leads exactly its assigned jobs (valid
+//!   terms). Three phases, each after a 1 s control window: **start** (the R replicas start
+//!   their pools at once), **join** (one more replica starts), **kill** (`kill -9` of the
+//!   coordinator's process: this phase's time is dominated by the server's expiry of its
+//!   session, T plus up to one tick, see `recipes/leader-pool.md`). For each phase it prints
+//!   `pool_<phase>_settle_ms` (from the `start` sent, or the kill, until settled),
+//!   `pool_<phase>_requests` (the server's requests in that window, background taken out),
+//!   `pool_<phase>_assignment_writes` (how many times the coordinator wrote the assignment node:
+//!   its version's change) and `pool_<phase>_assignment_bytes` (the node's size after the phase:
+//!   what each write costs; every live replica reads it back once per write); then
+//!   `pool_assignment_bytes`, the node's size after start.
 //!
 //! # Counting requests
 //!
@@ -124,6 +143,8 @@ use zookeeper_recipes::testing::{self, TestingServer, TestingServerBuilder};
 use zookeeper_recipes::{InterProcessMutex, LeaderLatch, Session};
 
 mod common;
+#[path = "bench/pool.rs"]
+mod pool;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -138,6 +159,8 @@ usage: bench [--connect HOSTS] <workload> <args>
   idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
   floor R [S]    the server's floors on the raw client: R handover rounds, S s (default 10)
                  of a lock's create+delete with 1 and with 4 clients
+  pool J R [T]   a LeaderPool of J jobs over R replica processes (timeout T s, default 4):
+                 settle time, requests and assignment bytes after start, a join, a kill -9
   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
 
 HOSTS defaults to $ZK_CONNECT, else an embedded ZooKeeper (tickTime 500, fsync on).
@@ -185,6 +208,8 @@ enum Workload {
     Many { latches: usize },
     Idle { latches: usize, timeout: Duration },
     Floor { rounds: usize, seconds: u64 },
+    Pool(pool::Params),
+    PoolReplica(pool::Replica),
     Server,
 }
 
@@ -285,6 +310,14 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     FLOOR_LOCK_SECONDS
                 },
             }
+        }
+        "pool" => Workload::Pool(pool::parse(params)?),
+        // Hidden: one replica of `pool`, started by it as a child process.
+        "pool-replica" => {
+            if connect.is_none() {
+                return Err("`pool-replica` needs --connect".to_owned());
+            }
+            Workload::PoolReplica(pool::parse_replica(params)?)
         }
         "server" => {
             expect(0, "no arguments")?;
@@ -975,6 +1008,9 @@ async fn run(args: Args) -> Result<()> {
     if args.workload == Workload::Server {
         return server().await;
     }
+    if let (Workload::PoolReplica(replica), Some(connect)) = (args.workload, &args.connect) {
+        return pool::replica(connect, replica).await;
+    }
     let target = ZooKeeper::given_or_embedded(args.connect, embedded_server()).await?;
     eprintln!("bench: ZooKeeper is {}", target.describe());
     match args.workload {
@@ -984,6 +1020,8 @@ async fn run(args: Args) -> Result<()> {
         Workload::Many { latches } => many(&target, latches).await,
         Workload::Idle { latches, timeout } => idle(&target, latches, timeout).await,
         Workload::Floor { rounds, seconds } => floor(&target, rounds, seconds).await,
+        Workload::Pool(params) => pool::run(&target, params).await,
+        Workload::PoolReplica(_) => Err("`pool-replica` needs --connect".into()),
         Workload::Server => server().await,
     }
 }

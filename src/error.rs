@@ -100,6 +100,24 @@ pub enum Error {
         limit: usize,
     },
 
+    /// A [`LeaderPool`](crate::LeaderPool) with these jobs could need an assignment node larger
+    /// than the share of the server's request limit it may take (half of `jute.maxbuffer`, see
+    /// [`assignment_budget`](crate::leader::pool::assignment_budget)): the coordinator could
+    /// not write it once the members' ids are long enough. The pool was not started. Use fewer
+    /// jobs or shorter job names, or split the jobs over several pools.
+    #[error(
+        "a pool of {jobs} jobs could need an assignment of {size} bytes, more than the {limit} bytes it may take (half of jute.maxbuffer); use fewer jobs or shorter job names, or split them over several pools"
+    )]
+    AssignmentTooLarge {
+        /// How many jobs the pool was given.
+        jobs: usize,
+        /// The assignment's size, in bytes of JSON, when every job is owned by a member with an
+        /// id of the longest length a pool accepts.
+        size: usize,
+        /// The most it may take, in bytes.
+        limit: usize,
+    },
+
     /// The election path's sequence counter has passed 2^31 - 1: ZooKeeper names new sequential
     /// nodes under it with a negative number, which orders before every other node (for Curator
     /// too). The recipe has stopped and deleted its node rather than join an election that can no

@@ -783,3 +783,167 @@ async fn a_replica_stopped_by_a_refusal_leaves_the_membership_and_the_others_tak
     refused.close().await.unwrap();
     assert_no_overlap(&terms.terms(Instant::now() - Duration::from_secs(3600)));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The assignment node's size limit
+
+/// `jobs` job names of `len` bytes each, distinct in their first digits.
+fn long_job_names(jobs: usize, len: usize) -> Vec<String> {
+    (0..jobs)
+        .map(|i| format!("{i:04}-{}", "x".repeat(len - 5)))
+        .collect()
+}
+
+/// Whether the `pools` agree on one assignment that names them all, gives each its quota of
+/// `jobs`, and each leads exactly its own jobs. Cheap checks first, and no copy of the (large)
+/// assignment: this runs after every event, on the runtime that also drives the sessions.
+fn pools_settled(pools: &[LeaderPool], jobs: usize) -> bool {
+    let n = pools.len();
+    let (lo, hi) = (jobs / n, jobs.div_ceil(n));
+    let mut total = 0;
+    for p in pools {
+        let leading = p.leading();
+        if !(lo..=hi).contains(&leading.len()) {
+            return false;
+        }
+        let assignment = p.assignment();
+        let a = assignment.borrow();
+        let Some(a) = a.as_ref() else {
+            return false;
+        };
+        if a.members.len() != n || a.jobs_of(p.id()) != leading {
+            return false;
+        }
+        total += leading.len();
+    }
+    let first = pools[0].assignment();
+    let first = first.borrow();
+    total == jobs
+        && pools[1..]
+            .iter()
+            .all(|p| *p.assignment().borrow() == *first)
+}
+
+/// Waits, on the pools' own events, until they have settled on `jobs` jobs.
+async fn wait_pools_settled(pools: &[LeaderPool], jobs: usize, what: &str) {
+    use futures::StreamExt as _;
+    let mut events = futures::stream::select_all(pools.iter().map(|p| Box::pin(p.events())));
+    within(BOUND, what, async {
+        while !pools_settled(pools, jobs) {
+            events
+                .next()
+                .await
+                .expect("the pools' events ended before they settled");
+        }
+    })
+    .await;
+}
+
+/// The largest pool the size check lets through, as a test can afford it: 200 jobs whose names
+/// are long enough (2,486 bytes) that the worst-case assignment is within a job name of the
+/// budget (half of the default `jute.maxbuffer`). The node written is then about 500 KB, which
+/// is what the limit is about; the job count is kept to what starts in a second or two on a
+/// loaded 2-core machine (each job is a latch with its node). 1,000 jobs of realistic names
+/// are measured by the bench (`pool 1000 10`).
+#[tokio::test]
+async fn a_pool_at_the_assignment_size_limit_settles_and_one_more_job_is_refused_at_start() {
+    use zookeeper_recipes::Error;
+    use zookeeper_recipes::leader::pool::{
+        MAX_MEMBER_ID_LEN, assignment_budget, assignment_worst_case,
+    };
+    use zookeeper_recipes::session::DEFAULT_JUTE_MAX_BUFFER;
+
+    if !zookeeper() {
+        return;
+    }
+    const JOBS: usize = 200;
+    let budget = assignment_budget(DEFAULT_JUTE_MAX_BUFFER);
+    // The longest names that still fit: 153 + J (n + 134) <= budget.
+    let name_len = (budget - 26 - MAX_MEMBER_ID_LEN + 1) / JOBS - MAX_MEMBER_ID_LEN - 6;
+    let jobs = long_job_names(JOBS, name_len);
+    let worst = assignment_worst_case(&jobs);
+    assert!(
+        worst <= budget && budget - worst < JOBS,
+        "{worst} of {budget}"
+    );
+
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    // Not a test of expiry: a session timeout that a loaded machine does not reach.
+    let sessions: Vec<Session> =
+        futures::future::join_all((0..3).map(|_| session(connect, Duration::from_secs(10)))).await;
+
+    // One more job, or a longer name, and no replica may start: nothing is created.
+    let refused_root = testing::unique_path("pool-too-large");
+    let mut one_more = jobs.clone();
+    one_more.extend(long_job_names(JOBS + 1, name_len).pop());
+    for (what, too_many) in [
+        ("one more job", one_more),
+        ("a longer name", long_job_names(JOBS, name_len + 1)),
+    ] {
+        match LeaderPool::builder(&sessions[0], &refused_root)
+            .id("big-0")
+            .jobs(too_many)
+            .start()
+            .await
+        {
+            Err(Error::AssignmentTooLarge { size, limit, .. }) => {
+                assert!(size > limit && limit == budget, "{what}: {size} of {limit}")
+            }
+            other => panic!("{what}: a pool over the limit started: {other:?}"),
+        }
+    }
+    let client = sessions[0].client().unwrap();
+    assert_eq!(client.check_stat(&refused_root).await.unwrap(), None);
+
+    // At the limit: two replicas share the jobs, then a third joins (a second write of the
+    // large node, read back by all three).
+    let root = testing::unique_path("pool-at-limit");
+    let start = |s: &Session, id: &str| {
+        LeaderPool::builder(s, &root)
+            .id(id)
+            .jobs(jobs.clone())
+            .start()
+    };
+    let started = Instant::now();
+    let mut pools = vec![
+        start(&sessions[0], "big-0").await.unwrap(),
+        start(&sessions[1], "big-1").await.unwrap(),
+    ];
+    wait_pools_settled(&pools, JOBS, "200 jobs to settle over two replicas").await;
+    eprintln!(
+        "at the limit, 200 jobs over 2: settled in {} ms",
+        ms(started.elapsed())
+    );
+    let joined = Instant::now();
+    pools.push(start(&sessions[2], "big-2").await.unwrap());
+    wait_pools_settled(&pools, JOBS, "200 jobs to settle over three replicas").await;
+    eprintln!(
+        "at the limit, join 2 -> 3: settled in {} ms",
+        ms(joined.elapsed())
+    );
+
+    let (data, stat) = client
+        .get_data(&format!("{root}/assignment"))
+        .await
+        .unwrap();
+    let stored: zookeeper_recipes::Assignment = serde_json::from_slice(&data).unwrap();
+    assert_eq!(stored.jobs.len(), JOBS);
+    assert_eq!(Some(&stored), pools[0].assignment().borrow().as_ref());
+    // Short ids: the node is the worst case less the ids' shortfall, still 95% of the budget.
+    assert!(
+        data.len() * 100 >= budget * 95,
+        "the assignment is {} bytes, the budget {budget}",
+        data.len()
+    );
+    eprintln!(
+        "assignment: {} bytes ({} writes), worst case {worst}, budget {budget}",
+        data.len(),
+        stat.version + 1
+    );
+    for p in &pools {
+        within(BOUND, "a pool at the limit to close", p.close())
+            .await
+            .unwrap();
+    }
+}

@@ -49,6 +49,73 @@ impl Assignment {
     }
 }
 
+/// The longest id a pool member may have, in bytes as the assignment's JSON spells it (a `"` or
+/// a `\` takes two bytes there; other characters take their UTF-8 length).
+///
+/// The assignment names an owner for every job, so this bounds its size (see
+/// [`assignment_worst_case`]). 128 holds the default id (`<host name>-<pid>-<8 hex digits>`:
+/// at most 64 + 1 + 7 + 1 + 8 = 81 bytes on Linux) and a Kubernetes pod's host name (at most
+/// 63); a latch alone accepts ids up to [`path::MAX_ID_LEN`].
+pub const MAX_MEMBER_ID_LEN: usize = 128;
+
+/// The most the assignment of a pool may take at worst, in bytes of JSON: half of the servers'
+/// `jute.maxbuffer` (`jute_max_buffer`, 1 MiB - 1 by default, so 524,287 bytes).
+///
+/// The coordinator writes the whole assignment in one request, and a server closes the
+/// connection of a client whose request exceeds `jute.maxbuffer`. Half of it goes to the jobs
+/// (checked by [`LeaderPoolBuilder::start`] with [`assignment_worst_case`]); the other half
+/// holds the members list (each member adds its id and 3 bytes: about 4,000 more members of the
+/// longest id) and the fenced multi around the data (paths and headers, about 100 bytes).
+pub fn assignment_budget(jute_max_buffer: usize) -> usize {
+    jute_max_buffer / 2
+}
+
+/// The size in bytes of the largest assignment `jobs` can have with one member: every job owned
+/// by a member whose id takes [`MAX_MEMBER_ID_LEN`] bytes, i.e.
+/// `26 + L + Σ (json(job) + L + 4) - 1` where `L` is [`MAX_MEMBER_ID_LEN`] and `json(job)`
+/// the job's name as a JSON string, quotes included (its length + 2 for a plain name). With
+/// plain names of `n` bytes that is `153 + J × (n + 134)`: at the default limit
+/// ([`assignment_budget`] of 1 MiB - 1), 3,691 jobs of 8 bytes, 3,157 of 32, 2,647 of 64.
+pub fn assignment_worst_case(jobs: &[String]) -> usize {
+    // `{"members":["<id>"],"jobs":{` ... `}}`
+    let framing = r#"{"members":[""],"jobs":{}}"#.len() + MAX_MEMBER_ID_LEN;
+    // `"<job>":"<id>",` per job; the last has no comma.
+    let entries: usize = jobs
+        .iter()
+        .map(|job| json_len(job) + 1 + MAX_MEMBER_ID_LEN + 2 + 1)
+        .sum();
+    framing + entries.saturating_sub(1)
+}
+
+/// The length of `s` as a JSON string, quotes included, as `serde_json` writes it.
+fn json_len(s: &str) -> usize {
+    serde_json::to_string(s).map_or(6 * s.len() + 2, |j| j.len())
+}
+
+/// Checks that the worst-case assignment of `jobs` fits [`assignment_budget`] of `limit`, and
+/// that `id` is short enough for that bound to hold.
+fn check_assignment_size(jobs: &[String], id: &str, jute_max_buffer: usize) -> Result<()> {
+    let id_len = json_len(id) - 2;
+    if id_len > MAX_MEMBER_ID_LEN {
+        return Err(Error::InvalidArgument {
+            what: "participant id",
+            reason: format!(
+                "takes {id_len} bytes in the pool's assignment; a pool member's id may take at most {MAX_MEMBER_ID_LEN}"
+            ),
+        });
+    }
+    let size = assignment_worst_case(jobs);
+    let limit = assignment_budget(jute_max_buffer);
+    if size > limit {
+        return Err(Error::AssignmentTooLarge {
+            jobs: jobs.len(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
+}
+
 /// The balancing rule: a balanced assignment of `jobs` over `members` (in join order) that
 /// moves as few jobs as possible away from `previous`.
 ///
@@ -200,8 +267,12 @@ impl LeaderPoolBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidPath`] for an unusable root or a job name that is not a single path
-    /// segment, [`Error::InvalidArgument`] for an empty id, no jobs or a job given twice,
-    /// [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
+    /// segment, [`Error::InvalidArgument`] for an empty id, an id longer than
+    /// [`MAX_MEMBER_ID_LEN`], no jobs or a job given twice, [`Error::AssignmentTooLarge`] when
+    /// the jobs' assignment could outgrow its share of the server's request limit
+    /// ([`assignment_worst_case`] over [`assignment_budget`] of the session's
+    /// [`jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)), [`Error::Closed`] when the
+    /// session is closed, [`Error::NoRuntime`].
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned pool exists.
@@ -225,6 +296,8 @@ impl LeaderPoolBuilder {
                 });
             }
         }
+        let (jute_max_buffer, _) = self.session.request_limits();
+        check_assignment_size(&self.jobs, &id, jute_max_buffer)?;
         if self.session.status().closed {
             return Err(Error::Closed);
         }
@@ -1095,6 +1168,67 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Assignment>(&json).unwrap(), a);
         assert_eq!(a.jobs_of("r2"), ["mail"]);
+    }
+
+    #[test]
+    fn the_worst_case_is_the_json_of_every_job_owned_by_the_longest_id() {
+        let longest = "x".repeat(MAX_MEMBER_ID_LEN);
+        for jobs in [
+            names("job", 1),
+            names("job", 7),
+            vec!["a\"b\\c".into(), "é".into()],
+        ] {
+            let a = Assignment {
+                members: vec![longest.clone()],
+                jobs: jobs.iter().map(|j| (j.clone(), longest.clone())).collect(),
+            };
+            let json = serde_json::to_vec(&a).unwrap();
+            assert_eq!(assignment_worst_case(&jobs), json.len(), "{jobs:?}");
+        }
+        // The closed form for plain names of n bytes: 153 + J (n + 134).
+        let four: Vec<String> = (0..1000).map(|i| format!("j{i:03}")).collect();
+        assert_eq!(assignment_worst_case(&four), 153 + 1000 * (4 + 134));
+    }
+
+    #[test]
+    fn the_largest_pool_of_plain_names_fits_and_one_more_job_does_not() {
+        let limit = crate::session::DEFAULT_JUTE_MAX_BUFFER;
+        assert_eq!(assignment_budget(limit), 524_287);
+        for (name_len, most) in [(8, 3691), (32, 3157), (64, 2647)] {
+            let jobs =
+                |n: usize| -> Vec<String> { (0..n).map(|i| format!("{i:0name_len$}")).collect() };
+            assert!(check_assignment_size(&jobs(most), "r1", limit).is_ok());
+            match check_assignment_size(&jobs(most + 1), "r1", limit) {
+                Err(Error::AssignmentTooLarge { jobs, size, limit }) => {
+                    assert_eq!(jobs, most + 1);
+                    assert!(size > limit && limit == 524_287, "{size} {limit}");
+                }
+                other => panic!("{} jobs of {name_len} bytes: {other:?}", most + 1),
+            }
+        }
+        // The budget follows the servers' jute.maxbuffer.
+        assert!(check_assignment_size(&names("job", 10_000), "r1", 4 * limit).is_ok());
+        assert!(check_assignment_size(&names("job", 100), "r1", 16 * 1024).is_err());
+    }
+
+    #[test]
+    fn a_member_id_longer_than_the_bound_is_refused_as_the_json_counts_it() {
+        let jobs = names("job", 3);
+        let limit = crate::session::DEFAULT_JUTE_MAX_BUFFER;
+        assert!(check_assignment_size(&jobs, &"x".repeat(MAX_MEMBER_ID_LEN), limit).is_ok());
+        for too_long in [
+            "x".repeat(MAX_MEMBER_ID_LEN + 1),
+            // 65 quotes are 130 bytes of JSON.
+            "\"".repeat(MAX_MEMBER_ID_LEN / 2 + 1),
+        ] {
+            match check_assignment_size(&jobs, &too_long, limit) {
+                Err(Error::InvalidArgument { what, reason }) => {
+                    assert_eq!(what, "participant id");
+                    assert!(reason.contains("at most 128"), "{reason}");
+                }
+                other => panic!("{too_long:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]
