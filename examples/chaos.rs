@@ -5,7 +5,7 @@
 //! ```
 //!
 //! Runs trials for seeds `N, N+1, ...` one after another (each starts three ZooKeeper JVMs; see
-//! `zookeeper_recipes::testing::trial`), prints one line per trial (and the whole account of a
+//! `tests/trial/mod.rs`), prints one line per trial (and the whole account of a
 //! failed one, with its seed), then a table: trials, faults of each kind, terms, overlaps,
 //! stale writes accepted and rejected, orphans, the worst time to a new leader after a heal,
 //! and the seed range. Without `--seed`, the first seed is the current Unix time in seconds
@@ -20,7 +20,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use zookeeper_recipes::testing::trial::{FaultKind, TrialConfig, TrialReport, run_trial};
+// The project's trial runner, beside the tests (it is not part of the library's API).
+#[path = "../tests/trial/mod.rs"]
+mod trial;
+
+use trial::{FaultKind, TrialConfig, TrialReport, run_trial};
 
 struct Args {
     trials: u64,

@@ -93,7 +93,7 @@
 //! # Crate features
 //! - `testing`: the real-ZooKeeper test harness ([`testing`]): `TestingServer`,
 //!   `TestingCluster`, `FaultProxy`, `expire_session`, the history checker
-//!   (`testing::history`) and the seeded fault trials (`testing::trial`).
+//!   (`testing::history`).
 //! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
 //!
 //! # Cancel safety and cleanup
