@@ -13,7 +13,8 @@
 //! fault_trials` replays any one of them. Exits 1 when a trial failed.
 //!
 //! The trials need the `zkr` binary: the one next to this example (`target/<profile>/zkr`),
-//! else this example builds it with `$CARGO build --bin zkr` in the same profile.
+//! else this example builds it with `$CARGO build --features cli --bin zkr` in the same
+//! profile.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -81,12 +82,12 @@ fn find_zkr() -> Result<PathBuf, String> {
     let mut build = std::process::Command::new(&cargo);
     build
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--bin", "zkr"]);
+        .args(["build", "--features", "cli", "--bin", "zkr"]);
     if release {
         build.arg("--release");
     }
     let hint = format!(
-        "run `cargo build{} --bin zkr` first",
+        "run `cargo build{} --features cli --bin zkr` first",
         if release { " --release" } else { "" }
     );
     match build.status() {
