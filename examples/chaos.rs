@@ -80,9 +80,13 @@ fn find_zkr() -> Result<PathBuf, String> {
         if release { "release" } else { "dev" }
     );
     let mut build = std::process::Command::new(&cargo);
-    build
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--features", "cli", "--bin", "zkr"]);
+    build.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--features",
+        "cli",
+        "--bin",
+        "zkr",
+    ]);
     if release {
         build.arg("--release");
     }
