@@ -36,7 +36,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
-use crate::fencing::{FencingToken, Leadership};
+use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, Standing};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
@@ -101,47 +101,6 @@ pub(crate) enum Phase {
     Ended,
     /// Finished: closed. The node is deleted.
     Done,
-}
-
-/// Why a term ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TermEnd {
-    /// The connection was suspended (ends terms under the Standard policy).
-    Suspended,
-    /// The session was lost.
-    Lost,
-    /// Connected to a read-only server, which cannot prove the session alive on the quorum.
-    ReadOnly,
-    /// The leader's node was deleted by someone else.
-    NodeDeleted,
-    /// The deadline ([`Leadership::valid_until`]) passed without the session being proven alive.
-    DeadlinePassed,
-    /// The recipe was closed, or the holder released.
-    Closed,
-    /// The term was interrupted on purpose (`LeaderSelector::interrupt_leadership`).
-    Interrupted,
-}
-
-impl TermEnd {
-    /// A short name for logs and JSON output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TermEnd::Suspended => "suspended",
-            TermEnd::Lost => "lost",
-            TermEnd::ReadOnly => "read_only",
-            TermEnd::NodeDeleted => "node_deleted",
-            TermEnd::DeadlinePassed => "deadline_passed",
-            TermEnd::Closed => "closed",
-            TermEnd::Interrupted => "interrupted",
-        }
-    }
-}
-
-impl std::fmt::Display for TermEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// What a contender reports, in order.
@@ -1063,11 +1022,5 @@ mod tests {
         assert_ne!(a, b);
         assert!(crate::path::validate_id(&a).is_ok());
         assert!(a.contains(&std::process::id().to_string()));
-    }
-
-    #[test]
-    fn term_end_names_are_stable() {
-        assert_eq!(TermEnd::DeadlinePassed.to_string(), "deadline_passed");
-        assert_eq!(TermEnd::NodeDeleted.as_str(), "node_deleted");
     }
 }

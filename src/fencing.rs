@@ -29,7 +29,6 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{CheckWriteError, CreateMode, MultiWriteResult};
 
 use crate::acl::{Acl, NodeAcl};
-use crate::contender::TermEnd;
 use crate::error::{Error, Result};
 use crate::session::{Lease, Live, Session};
 
@@ -146,6 +145,47 @@ impl Fence {
 #[derive(Clone)]
 pub struct Leadership {
     inner: Arc<Term>,
+}
+
+/// Why a term ended ([`Leadership::end_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TermEnd {
+    /// The connection was suspended (ends terms under the Standard policy).
+    Suspended,
+    /// The session was lost.
+    Lost,
+    /// Connected to a read-only server, which cannot prove the session alive on the quorum.
+    ReadOnly,
+    /// The leader's node was deleted by someone else.
+    NodeDeleted,
+    /// The deadline ([`Leadership::valid_until`]) passed without the session being proven alive.
+    DeadlinePassed,
+    /// The recipe was closed, or the holder released.
+    Closed,
+    /// The term was interrupted on purpose (`LeaderSelector::interrupt_leadership`).
+    Interrupted,
+}
+
+impl TermEnd {
+    /// A short name for logs and JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TermEnd::Suspended => "suspended",
+            TermEnd::Lost => "lost",
+            TermEnd::ReadOnly => "read_only",
+            TermEnd::NodeDeleted => "node_deleted",
+            TermEnd::DeadlinePassed => "deadline_passed",
+            TermEnd::Closed => "closed",
+            TermEnd::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for TermEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 struct Term {
@@ -523,6 +563,12 @@ impl From<MultiWriteResult> for FencedResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn term_end_names_are_stable() {
+        assert_eq!(TermEnd::DeadlinePassed.to_string(), "deadline_passed");
+        assert_eq!(TermEnd::NodeDeleted.as_str(), "node_deleted");
+    }
 
     #[test]
     fn tokens_order_by_zxid_and_round_trip_as_text() {

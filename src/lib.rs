@@ -120,9 +120,9 @@ pub mod state;
 pub mod testing;
 
 pub use acl::NodeAcl;
-pub use contender::{Participant, TermEnd, leader_of, participants_on};
+pub use contender::{Participant, leader_of, participants_on};
 pub use error::{Error, Result};
-pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};
+pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken, TermEnd};
 pub use leader::{
     Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,
     LeaderObserver, LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector,

@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, instrument, warn};
 
 use crate::acl::NodeAcl;
-use crate::contender::{self, Contender, ContenderSpec, Participant, TermEnd, TermMode};
+use crate::contender::{self, Contender, ContenderSpec, Participant, TermMode};
 use crate::error::{Error, Result};
-use crate::fencing::{FencingToken, Leadership};
+use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, MUTEX_LOCK_NAME};
 use crate::session::Session;
 use crate::state::ErrorPolicy;
