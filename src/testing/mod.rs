@@ -91,6 +91,7 @@
 //! zookeeper-client's own tests.
 
 mod cluster;
+mod config;
 #[cfg(feature = "docker")]
 mod docker;
 mod expire;
@@ -105,9 +106,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use cluster::{TestingCluster, TestingClusterBuilder};
+pub use config::ServerMode;
 pub use expire::expire_session;
 pub use proxy::FaultProxy;
-pub use server::{ServerMode, TestingServer, TestingServerBuilder};
+pub use server::{TestingServer, TestingServerBuilder};
 
 /// Errors of the test harness.
 ///
