@@ -49,8 +49,9 @@
 //!     .start(move |term: Leadership| {
 //!         let ledger = ledger.clone();
 //!         async move {
-//!             let stop = term.cancelled(); // fires the moment the term ends, for any reason
-//!             while !stop.is_cancelled() && term.is_valid() {
+//!             // false the moment the term ends (for any reason) or its deadline passes;
+//!             // `term.cancelled()` is the future to await in a `select!`
+//!             while term.is_valid() {
 //!                 // The resource keeps the highest token it has seen and refuses older ones.
 //!                 ledger.admit(term.token())?;
 //!                 // ... write one batch ...
@@ -73,7 +74,7 @@
 //! |---|---|
 //! | `CuratorFrameworkFactory.builder().connectString(..).sessionTimeoutMs(..)` | [`Session::builder`] |
 //! | `client.start(); client.blockUntilConnected()` | [`SessionBuilder::connect`] |
-//! | `ConnectionStateListener`, `ConnectionState` | [`Session::state_changes`], [`ConnectionState`] |
+//! | `ConnectionStateListener`, `ConnectionState` | [`Session::state_changes`], [`ConnectionState`] (plus `Closed`: a deliberate close is not `LOST`) |
 //! | `ConnectionStateErrorPolicy` (Standard / Session) | [`ErrorPolicy`] |
 //! | simulated session expiration | `Lost` at [`Session::safe_until`] |
 //! | `new LeaderLatch(client, path, id, closeMode)` + `start()` | [`LeaderLatch::builder`] → [`LeaderLatchBuilder::start`] |
@@ -82,7 +83,7 @@
 //! | `getParticipants()`, `getLeader()`, `Participant` | [`LeaderLatch::participants`], [`LeaderLatch::leader`], [`Participant`] |
 //! | `LeaderSelector` + `LeaderSelectorListener.takeLeadership` | [`LeaderSelector::builder`] → `start(closure)` |
 //! | `autoRequeue()`, `requeue()`, `interruptLeadership()` | [`LeaderSelectorBuilder::auto_requeue`], [`LeaderSelector::requeue`], [`LeaderSelector::interrupt_leadership`] |
-//! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] token |
+//! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] future |
 //! | (none; client-go's `OnNewLeader`, etcd's `Election.Observe`) | [`LeaderObserver`] |
 //! | (none; sharded controllers, Helix-style partition leaders) | [`LeaderPool`] |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
@@ -91,10 +92,13 @@
 //! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | `testing` module (feature `testing`) |
 //!
 //! # Crate features
-//! - `testing`: the real-ZooKeeper test harness ([`testing`]): `TestingServer`,
+//! None is on by default: a service that uses the recipes compiles no CLI, test or metrics
+//! crates.
+//! - `testing`: the real-ZooKeeper test harness (the `testing` module): `TestingServer`,
 //!   `TestingCluster`, `FaultProxy`, `expire_session`, the history checker
 //!   (`testing::history`).
 //! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
+//! - `cli`: the `zkr` command-line tool (`cargo install zookeeper-recipes --features cli`).
 //!
 //! # Cancel safety and cleanup
 //! Every public async fn states its cancel safety. Recipes never leak a node: closing or dropping
@@ -132,6 +136,9 @@ pub use leader::{
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};
 pub use state::{ConnectionState, ErrorPolicy};
+/// The token type of [`Leadership::cancellation_token`] and [`MutexGuard::lost_token`], re-exported so
+/// that storing one does not require matching this crate's tokio-util version.
+pub use tokio_util::sync::CancellationToken;
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

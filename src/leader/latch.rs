@@ -25,7 +25,7 @@ use crate::state::{ConnectionState, ErrorPolicy};
 #[non_exhaustive]
 pub enum CloseMode {
     /// No [`LatchEvent::NotLeader`] on close. The term still ends: its
-    /// [`cancelled`](Leadership::cancelled) token fires and [`LeaderLatch::leadership`] turns
+    /// [`cancelled`](Leadership::cancelled) future completes and [`LeaderLatch::leadership`] turns
     /// `None`, because a closed latch must never look like a leader.
     #[default]
     Silent,

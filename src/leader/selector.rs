@@ -243,8 +243,8 @@ struct Shared {
 ///     .id("replica-2")
 ///     .auto_requeue(true)
 ///     .start(|term: Leadership| async move {
-///         let stop = term.cancelled();
-///         while !stop.is_cancelled() && term.is_valid() {
+///         // is_valid: the term has not ended and its deadline has not passed.
+///         while term.is_valid() {
 ///             // ... relay one batch, fenced with term.token() ...
 /// #           break;
 ///         }
@@ -296,6 +296,22 @@ impl LeaderSelector {
             .borrow()
             .as_ref()
             .is_some_and(Leadership::is_valid)
+    }
+
+    /// The current term, if one is running (ended terms are not returned): for a readiness
+    /// endpoint or a metric that shows this replica's token. The closure gets the same term.
+    ///
+    /// # Curator
+    /// No counterpart (`LeaderSelector.hasLeadership()` only); [`LeaderLatch`] has the same.
+    ///
+    /// [`LeaderLatch`]: crate::LeaderLatch
+    pub fn current_leadership(&self) -> Option<Leadership> {
+        self.shared
+            .leadership_tx
+            .borrow()
+            .as_ref()
+            .filter(|t| !t.has_ended())
+            .cloned()
     }
 
     /// A watch of the current term.
