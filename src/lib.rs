@@ -67,7 +67,8 @@
 //!
 //! The repository's `examples/` run the patterns against a real ZooKeeper: `demo` (a crashed and
 //! a frozen leader, the frozen one's late write fenced off), `statement_job` (fencing in SQL),
-//! `outbox_relay`, `health` (readiness by role, Prometheus metrics) and `bench`.
+//! `service` (a whole replica: SIGTERM, readiness, SQL fencing), `outbox_relay`, `health`
+//! (readiness by role, Prometheus metrics) and `bench`.
 //!
 //! # Curator → Rust
 //! | Curator | zookeeper-recipes |
