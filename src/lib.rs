@@ -100,6 +100,8 @@
 //!   (`testing::history`).
 //! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
 //! - `cli`: the `zkr` command-line tool (`cargo install zookeeper-recipes --features cli`).
+//! - `metrics`: leadership and session metrics through the `metrics` facade; the names and
+//!   labels are in [`metrics`].
 //!
 //! # Cancel safety and cleanup
 //! Every public async fn states its cancel safety. Recipes never leak a node: closing or dropping
@@ -115,6 +117,7 @@ pub mod error;
 pub mod fencing;
 pub mod leader;
 pub mod lock;
+pub mod metrics;
 pub mod path;
 pub mod process;
 pub mod session;

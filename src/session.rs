@@ -1300,6 +1300,9 @@ fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
         closed: true,
     };
     info!(epoch, "session closed");
+    if status.state.is_some() {
+        crate::metrics::connection_state(ConnectionState::Closed);
+    }
     shared.status_tx.send_replace(status.clone());
     let _ = shared.events_tx.send(status);
 }
@@ -1412,6 +1415,7 @@ fn publish(
     new_session: bool,
 ) {
     let sid = session_id.map(hex).unwrap_or_default();
+    crate::metrics::connection_state(state);
     match state {
         ConnectionState::Connected | ConnectionState::Reconnected | ConnectionState::Closed => {
             info!(session_id = %sid, epoch, new_session, state = %state, "connection state changed")

@@ -603,6 +603,7 @@ fn abort_overrun(
     let overran = ended.elapsed();
     task.abort();
     let count = shared.overruns.fetch_add(1, Ordering::AcqRel) + 1;
+    crate::metrics::selector_overrun(&shared.path);
     let reason = term.end_reason();
     error!(path = %shared.path, node = %term.path(), token = %term.token(),
         session_id = %format_args!("{:#x}", term.session_id()),
