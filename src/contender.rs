@@ -130,6 +130,8 @@ struct OwnNode {
     epoch: u64,
     /// Its creation zxid: the token of any term it wins.
     czxid: i64,
+    /// When it joined the line (for the time-to-leadership metric).
+    joined: Instant,
 }
 
 struct Shared {
@@ -438,6 +440,7 @@ async fn step(
                         name: created.name,
                         epoch: created.epoch,
                         czxid: created.czxid,
+                        joined: Instant::now(),
                     };
                     shared.node_tx.send_replace(Some(own.path.clone()));
                     *watch = Some(watch_own(
@@ -593,6 +596,7 @@ async fn lead_if_owned(
     shared.phase_tx.send_replace(Phase::Leading);
     shared.leadership_tx.send_replace(Some(term.clone()));
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
+    crate::metrics::term_started(&spec.path, &spec.id, term.token(), own.joined.elapsed());
     shared.emit(ContenderEvent::Leader(term.clone()));
 
     let end = hold(shared, feed, live, own, watch).await;
@@ -601,6 +605,7 @@ async fn lead_if_owned(
     shared.leadership_tx.send_replace(None);
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
         "leadership ended");
+    crate::metrics::term_ended(&spec.path, &spec.id, end);
     let notify = end != TermEnd::Closed
         || shared
             .notify_on_close
