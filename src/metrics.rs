@@ -65,13 +65,14 @@ pub(crate) fn term_started(path: &str, id: &str, token: FencingToken, waited: Du
     #[cfg(feature = "metrics")]
     {
         let l = labels(path, id);
-        metrics::gauge!(LEADER, &l).set(1.0);
+        // The leader gauge last: a scrape that sees it at 1 sees the rest of the term too.
+        metrics::gauge!(TERMS_HELD).increment(1.0);
+        metrics::counter!(TERMS_STARTED, &l).increment(1);
+        metrics::histogram!(TIME_TO_LEADERSHIP, &l).record(waited.as_secs_f64());
         // A zxid as f64: exact while below 2^53 (an epoch below 2^21).
         #[allow(clippy::cast_precision_loss)]
         metrics::gauge!(FENCING_TOKEN, &l).set(token.get() as f64);
-        metrics::counter!(TERMS_STARTED, &l).increment(1);
-        metrics::histogram!(TIME_TO_LEADERSHIP, &l).record(waited.as_secs_f64());
-        metrics::gauge!(TERMS_HELD).increment(1.0);
+        metrics::gauge!(LEADER, &l).set(1.0);
     }
 }
 

@@ -197,19 +197,25 @@ impl Replica {
         id: &str,
         db: &std::path::Path,
     ) -> Self {
-        use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(exe)
+        let mut command = tokio::process::Command::new(exe);
+        command
             .args(["--id", id, "--path", path, "--listen", "127.0.0.1:0"])
             .arg("--db")
             .arg(db)
             // A session timeout far above the bounds below: a successor that came only after
             // the old session expired would fail the test.
-            .args(["--session-timeout", "40s", "--every", "200ms"])
+            .args(["--session-timeout", "40s", "--every", "200ms"]);
+        Replica::spawn(command, connect)
+    }
+
+    fn spawn(mut command: tokio::process::Command, connect: &str) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = command
             .env("ZK_CONNECT", connect)
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("cannot start the service example");
+            .expect("cannot start the example");
         let stdout = child.stdout.take().expect("no stdout");
         let (tx, lines) = mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -244,6 +250,27 @@ impl Replica {
         .await
     }
 
+    /// Waits for the next line that contains `marker`; returns what follows it, up to a space.
+    async fn after(&mut self, marker: &str, bound: Duration) -> String {
+        let lines = &mut self.lines;
+        within(
+            bound,
+            &format!("a line with {marker:?} from the example"),
+            async {
+                loop {
+                    let line = lines
+                        .recv()
+                        .await
+                        .unwrap_or_else(|| panic!("the example exited before printing {marker:?}"));
+                    if let Some((_, rest)) = line.split_once(marker) {
+                        return rest.split_whitespace().next().unwrap_or("").to_owned();
+                    }
+                }
+            },
+        )
+        .await
+    }
+
     fn signal(&self, signal: nix::sys::signal::Signal) {
         let pid = self.child.id().expect("the service already exited");
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
@@ -251,25 +278,34 @@ impl Replica {
     }
 }
 
-/// The `service` example binary: next to this test's directory, else built now.
-fn service_example() -> std::path::PathBuf {
+/// An example's binary, as `cargo test` builds it beside this test (`target/<profile>/examples`).
+/// A test cannot build it itself (cargo holds the build directory while tests run): after
+/// `cargo test --test examples` alone it may be missing or older than its source, and then the
+/// test says so rather than run a stale binary.
+fn example(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("no current exe");
-    // target/debug/deps/examples-HASH -> target/debug/examples/service
+    // target/debug/deps/examples-HASH -> target/debug/examples/NAME
     let profile = exe
         .parent()
         .and_then(|d| d.parent())
         .expect("not in target/<profile>/deps");
-    let service = profile.join("examples").join("service");
-    if !service.is_file() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["build", "--example", "service"])
-            .status()
-            .expect("cannot run cargo to build the service example");
-        assert!(status.success(), "cargo build --example service failed");
-    }
-    service
+    let binary = profile.join("examples").join(name);
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(format!("{name}.rs"));
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let fresh = match (modified(&binary), modified(&source)) {
+        (Some(built), Some(written)) => built >= written,
+        _ => false,
+    };
+    assert!(
+        fresh,
+        "{} is missing or older than {}: run `cargo build --examples` first (a plain `cargo test` \
+         builds the examples before it runs the tests)",
+        binary.display(),
+        source.display()
+    );
+    binary
 }
 
 /// Two replicas of the `service` example. SIGTERM to the leader: it deletes its node before it
@@ -281,7 +317,7 @@ async fn service_example_hands_over_at_once_on_sigterm() {
     if !common::zookeeper() {
         return;
     }
-    let exe = service_example();
+    let exe = example("service");
     let server = common::shared_server().await;
     let path = testing::unique_path("service-example");
     let dir = tempfile::tempdir().expect("no temporary directory");
@@ -346,4 +382,146 @@ async fn service_example_hands_over_at_once_on_sigterm() {
         "the row carries the successor's token"
     );
     observer.close().await.unwrap();
+}
+
+/// `GET /metrics` over plain HTTP/1.0: the body.
+async fn scrape(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach {addr}: {e}"));
+    conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("not an HTTP response");
+    assert!(head.contains(" 200 "), "{head}");
+    body.to_owned()
+}
+
+/// The value of the sample of `name` whose labels contain every one of `labels`.
+fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Two replicas of the `health` example, their `/metrics` scraped across a failover: the leader
+/// shows `zookeeper_recipes_leader` 1 and its token; after SIGTERM to it, the other shows 1, a
+/// higher token, one term started and held, a handover seen by its observer, its connection
+/// state, and no session loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_example_metrics_follow_a_failover() {
+    use nix::sys::signal::Signal;
+    use zookeeper_recipes::metrics as m;
+    if !common::zookeeper() {
+        return;
+    }
+    let exe = example("health");
+    let server = common::shared_server().await;
+    let path = testing::unique_path("health-metrics");
+    let bound = Duration::from_secs(15);
+    let start = |id: &str| {
+        let mut command = tokio::process::Command::new(&exe);
+        command.args(["--id", id, "--path", &path, "--listen", "127.0.0.1:0"]);
+        Replica::spawn(command, server.connect_string())
+    };
+    let path_label = format!("path=\"{path}\"");
+    let a_labels = [path_label.clone(), "id=\"a\"".to_owned()];
+    let b_labels = [path_label.clone(), "id=\"b\"".to_owned()];
+    let refs = |l: &[String; 2]| [l[0].clone(), l[1].clone()];
+
+    let mut a = start("a");
+    let a_addr = a.after("serving http://", bound).await;
+    let a_addr = a_addr.trim_end_matches("/healthz,").to_owned();
+    let first = common::eventually(bound, "a's metrics to show it leading", || {
+        let addr = a_addr.clone();
+        let labels = refs(&a_labels);
+        async move {
+            let body = scrape(&addr).await;
+            let labels = [labels[0].as_str(), labels[1].as_str()];
+            (sample(&body, m::LEADER, &labels) == Some(1.0))
+                .then(|| sample(&body, m::FENCING_TOKEN, &labels))
+                .flatten()
+        }
+    })
+    .await;
+    assert!(first > 0.0);
+
+    let mut b = start("b");
+    let b_addr = b.after("serving http://", bound).await;
+    let b_addr = b_addr.trim_end_matches("/healthz,").to_owned();
+    let b_refs = [b_labels[0].as_str(), b_labels[1].as_str()];
+    let body = scrape(&b_addr).await;
+    assert_ne!(
+        sample(&body, m::LEADER, &b_refs),
+        Some(1.0),
+        "b must not lead yet:\n{body}"
+    );
+    assert_eq!(
+        sample(&body, m::CONNECTION_STATE_CHANGES, &["state=\"connected\""]),
+        Some(1.0),
+        "{body}"
+    );
+
+    // b's observer has seen a lead, so that the failover is a handover it counts.
+    let mut seen = b.after("leader: ", bound).await;
+    while seen != "a" {
+        seen = b.after("leader: ", bound).await;
+    }
+    a.signal(Signal::SIGTERM);
+    let status = within(bound, "a to exit after SIGTERM", a.child.wait())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+
+    let body = common::eventually(bound, "b's metrics to show it leading", || {
+        let addr = b_addr.clone();
+        let labels = refs(&b_labels);
+        async move {
+            let body = scrape(&addr).await;
+            let labels = [labels[0].as_str(), labels[1].as_str()];
+            (sample(&body, m::LEADER, &labels) == Some(1.0)).then_some(body)
+        }
+    })
+    .await;
+    let second = sample(&body, m::FENCING_TOKEN, &b_refs).expect("b's token");
+    assert!(
+        second > first,
+        "b's token {second} must pass a's {first}:\n{body}"
+    );
+    assert_eq!(
+        sample(&body, m::TERMS_STARTED, &b_refs),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(sample(&body, m::TERMS_HELD, &[]), Some(1.0), "{body}");
+    // The observer reports the new leader on its own watch, soon after the latch's term.
+    common::eventually(bound, "b's observer to count the handover", || {
+        let addr = b_addr.clone();
+        let label = path_label.clone();
+        async move {
+            let body = scrape(&addr).await;
+            sample(&body, m::LEADER_CHANGES, &[label.as_str()]).filter(|n| *n >= 1.0)
+        }
+    })
+    .await;
+    assert!(body.contains(m::TIME_TO_LEADERSHIP), "{body}");
+    assert_eq!(
+        sample(&body, m::SESSION_LOSSES, &[]),
+        None,
+        "no session was lost:\n{body}"
+    );
+
+    b.signal(Signal::SIGINT);
+    let status = within(bound, "b to exit after SIGINT", b.child.wait())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
 }
