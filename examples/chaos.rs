@@ -5,7 +5,7 @@
 //! ```
 //!
 //! Runs trials for seeds `N, N+1, ...` one after another (each starts three ZooKeeper JVMs; see
-//! `zookeeper_recipes::testing::trial`), prints one line per trial (and the whole account of a
+//! `tests/trial/mod.rs`), prints one line per trial (and the whole account of a
 //! failed one, with its seed), then a table: trials, faults of each kind, terms, overlaps,
 //! stale writes accepted and rejected, orphans, the worst time to a new leader after a heal,
 //! and the seed range. Without `--seed`, the first seed is the current Unix time in seconds
@@ -13,14 +13,19 @@
 //! fault_trials` replays any one of them. Exits 1 when a trial failed.
 //!
 //! The trials need the `zkr` binary: the one next to this example (`target/<profile>/zkr`),
-//! else this example builds it with `$CARGO build --bin zkr` in the same profile.
+//! else this example builds it with `$CARGO build --features cli --bin zkr` in the same
+//! profile.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use zookeeper_recipes::testing::trial::{FaultKind, TrialConfig, TrialReport, run_trial};
+// The project's trial runner, beside the tests (it is not part of the library's API).
+#[path = "../tests/trial/mod.rs"]
+mod trial;
+
+use trial::{FaultKind, TrialConfig, TrialReport, run_trial};
 
 struct Args {
     trials: u64,
@@ -75,14 +80,18 @@ fn find_zkr() -> Result<PathBuf, String> {
         if release { "release" } else { "dev" }
     );
     let mut build = std::process::Command::new(&cargo);
-    build
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--bin", "zkr"]);
+    build.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+        "build",
+        "--features",
+        "cli",
+        "--bin",
+        "zkr",
+    ]);
     if release {
         build.arg("--release");
     }
     let hint = format!(
-        "run `cargo build{} --bin zkr` first",
+        "run `cargo build{} --features cli --bin zkr` first",
         if release { " --release" } else { "" }
     );
     match build.status() {

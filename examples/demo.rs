@@ -246,7 +246,6 @@ mod replica {
     ) -> Result<(), BoxError> {
         let token = term.token();
         report(&Report::Elected { token: token.get() });
-        let stop = term.cancelled();
         let mut commands = commands.lock().await;
         let mut hold = false;
         let mut late = None;
@@ -254,7 +253,7 @@ mod replica {
         let mut director_talks = true;
         loop {
             tokio::select! {
-                _ = stop.cancelled() => break,
+                _ = term.cancelled() => break,
                 _ = tokio::time::sleep(WRITE_EVERY) => {}
                 command = commands.recv(), if director_talks => match command {
                     Some(Command::Hold) => hold = true,

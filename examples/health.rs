@@ -15,17 +15,18 @@
 //!     good and a rolling update, which waits for new replicas to become ready, would stall.
 //!   - `leader`: ready only while leading, for a service whose traffic must reach the leader
 //!     alone (a Service that should route to the one writer).
-//! - `/metrics`: Prometheus text. `leader_election_is_leader` (0/1) and
-//!   `leader_election_fencing_token` (the current term's token, 0 when not leading), labelled
-//!   with the election path and the participant id, like client-go's
-//!   `leader_election_master_status`; and `zookeeper_session_connected`.
+//! - `/metrics`: the crate's metrics (feature `metrics`; the table of names and labels is in
+//!   `zookeeper_recipes::metrics`): `zookeeper_recipes_leader` (0/1) and
+//!   `zookeeper_recipes_fencing_token` per election path and participant id, like client-go's
+//!   `leader_election_master_status`, terms started and ended by reason, time to leadership,
+//!   handovers seen by a `LeaderObserver`, connection-state changes and session losses. The
+//!   recorder is `metrics-exporter-prometheus`'s; nothing is formatted by hand.
 //!
-//! Ctrl-C leaves the election (the node is deleted at once, so a successor is elected without
-//! waiting for the session to expire) and stops the server.
+//! Ctrl-C or SIGTERM leaves the election (the node is deleted at once, so a successor is elected
+//! without waiting for the session to expire) and stops the server.
 
 mod common;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +35,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use zookeeper_recipes::{LeaderLatch, Session};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::signal::unix::{SignalKind, signal};
+use zookeeper_recipes::{LeaderLatch, LeaderObserver, Session};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum ReadyWhen {
@@ -61,6 +64,7 @@ struct Replica {
     session: Session,
     latch: LeaderLatch,
     ready_when: ReadyWhen,
+    prometheus: PrometheusHandle,
 }
 
 async fn healthz() -> &'static str {
@@ -88,48 +92,13 @@ async fn readyz(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
     (status, format!("{role}, {connection}\n"))
 }
 
+/// The metrics the crate records (feature `metrics`; table in `zookeeper_recipes::metrics`),
+/// rendered by the Prometheus exporter's recorder.
 async fn metrics(State(replica): State<Arc<Replica>>) -> impl IntoResponse {
-    let labels = format!(
-        "path=\"{}\",id=\"{}\"",
-        escape(replica.latch.path()),
-        escape(replica.latch.id())
-    );
-    let term = replica.latch.current_leadership().filter(|t| t.is_valid());
-    let connected = replica.session.state().is_some_and(|s| s.is_connected());
-    let mut text = String::new();
-    let mut gauge = |name: &str, help: &str, labels: &str, value: i64| {
-        let _ = writeln!(
-            text,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {value}"
-        );
-    };
-    gauge(
-        "leader_election_is_leader",
-        "Whether this participant leads the election (1) or not (0).",
-        &labels,
-        i64::from(term.is_some()),
-    );
-    gauge(
-        "leader_election_fencing_token",
-        "The fencing token (czxid) of the current term; 0 when not leading.",
-        &labels,
-        term.map_or(0, |t| t.token().get()),
-    );
-    gauge(
-        "zookeeper_session_connected",
-        "Whether the ZooKeeper session is connected (1) or not (0).",
-        &format!("id=\"{}\"", escape(replica.latch.id())),
-        i64::from(connected),
-    );
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
-}
-
-/// A Prometheus label value: backslash, double quote and newline escaped.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        replica.prometheus.render(),
+    )
 }
 
 #[tokio::main]
@@ -139,6 +108,9 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    // The recorder first: the crate records from the first connection state on.
+    let prometheus = PrometheusBuilder::new().install_recorder()?;
+    let mut sigterm = signal(SignalKind::terminate())?;
     let zookeeper = common::ZooKeeper::from_env().await?;
     let session = Session::builder(zookeeper.connect_string())
         .session_timeout(Duration::from_secs(10))
@@ -149,10 +121,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         latch = latch.id(id);
     }
     let latch = latch.start().await?;
+    // Follows who leads (zookeeper_recipes_leader_changes_total counts the handovers it sees).
+    let observer = LeaderObserver::new(&session, latch.path())?;
+    let mut leaders = observer.watch();
     let replica = Arc::new(Replica {
         session: session.clone(),
         latch,
         ready_when: args.ready_when,
+        prometheus,
     });
     let app = Router::new()
         .route("/healthz", get(healthz))
@@ -167,11 +143,26 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         zookeeper.describe(),
         listener.local_addr()?
     );
+    // Who leads, as this replica's observer sees it (after the line above, for the tests).
+    tokio::spawn(async move {
+        loop {
+            // The current report (the first one may already be there), then each change.
+            let leader = leaders.borrow_and_update().as_ref().map(|l| l.id.clone());
+            println!("leader: {}", leader.as_deref().unwrap_or("(none)"));
+            if leaders.changed().await.is_err() {
+                break;
+            }
+        }
+    });
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = sigterm.recv() => {}
+            }
         })
         .await?;
+    observer.close().await?;
     replica.latch.close().await?;
     session.close().await?;
     Ok(())

@@ -91,10 +91,9 @@ impl Broker {
 async fn relay(term: Leadership, outbox: &Outbox, broker: &Broker) -> Result<(), BoxError> {
     let id = term.participant_id().to_owned();
     println!("{id} relays, token {}", term.token());
-    let stop = term.cancelled();
     'term: loop {
         let batch = tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = term.cancelled() => break,
             batch = outbox.next_batch(10) => batch,
         };
         for message in batch {

@@ -222,7 +222,6 @@ pub(crate) async fn statement_job(
     let report = |p: Progress| {
         let _ = progress.send(p);
     };
-    let stop = term.cancelled();
     let state = db
         .run(&run)
         .await?
@@ -235,7 +234,7 @@ pub(crate) async fn statement_job(
     for batch in state.batches_done + 1..=state.total_batches {
         // Producing a batch takes a while (here: `pace`). Stop at once if the term ends meanwhile.
         tokio::select! {
-            _ = stop.cancelled() => break,
+            _ = term.cancelled() => break,
             _ = tokio::time::sleep(pace) => {}
         }
         // Check right before the side effect: no network needed.
@@ -261,7 +260,7 @@ pub(crate) async fn statement_job(
                 token,
             });
             // Stay leader, idle, until the term ends: tomorrow's run is the same leader's.
-            stop.cancelled().await;
+            term.cancelled().await;
             return Ok(());
         }
     }

@@ -39,7 +39,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
-use crate::fencing::{FencingToken, Leadership};
+use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, Standing};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
@@ -106,47 +106,6 @@ pub(crate) enum Phase {
     Done,
 }
 
-/// Why a term ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TermEnd {
-    /// The connection was suspended (ends terms under the Standard policy).
-    Suspended,
-    /// The session was lost.
-    Lost,
-    /// Connected to a read-only server, which cannot prove the session alive on the quorum.
-    ReadOnly,
-    /// The leader's node was deleted by someone else.
-    NodeDeleted,
-    /// The deadline ([`Leadership::valid_until`]) passed without the session being proven alive.
-    DeadlinePassed,
-    /// The recipe was closed, or the holder released.
-    Closed,
-    /// The term was interrupted on purpose (`LeaderSelector::interrupt_leadership`).
-    Interrupted,
-}
-
-impl TermEnd {
-    /// A short name for logs and JSON output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TermEnd::Suspended => "suspended",
-            TermEnd::Lost => "lost",
-            TermEnd::ReadOnly => "read_only",
-            TermEnd::NodeDeleted => "node_deleted",
-            TermEnd::DeadlinePassed => "deadline_passed",
-            TermEnd::Closed => "closed",
-            TermEnd::Interrupted => "interrupted",
-        }
-    }
-}
-
-impl std::fmt::Display for TermEnd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// What a contender reports, in order.
 #[derive(Debug, Clone)]
 pub(crate) enum ContenderEvent {
@@ -174,6 +133,8 @@ struct OwnNode {
     epoch: u64,
     /// Its creation zxid: the token of any term it wins.
     czxid: i64,
+    /// When it joined the line (for the time-to-leadership metric).
+    joined: Instant,
 }
 
 struct Shared {
@@ -480,6 +441,7 @@ async fn step(
                         name: created.name,
                         epoch: created.epoch,
                         czxid: created.czxid,
+                        joined: Instant::now(),
                     };
                     shared.node_tx.send_replace(Some(own.path.clone()));
                     *watch = Some(watch_own(
@@ -635,6 +597,7 @@ async fn lead_if_owned(
     shared.phase_tx.send_replace(Phase::Leading);
     shared.leadership_tx.send_replace(Some(term.clone()));
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
+    crate::metrics::term_started(&spec.path, &spec.id, term.token(), own.joined.elapsed());
     shared.emit(ContenderEvent::Leader(term.clone()));
 
     let end = hold(shared, feed, live, own, watch).await;
@@ -643,6 +606,7 @@ async fn lead_if_owned(
     shared.leadership_tx.send_replace(None);
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
         "leadership ended");
+    crate::metrics::term_ended(&spec.path, &spec.id, end);
     let notify = end != TermEnd::Closed || shared.notify_on_close.load(Ordering::Acquire);
     if notify {
         shared.emit(ContenderEvent::NotLeader { term, reason: end });
@@ -1141,11 +1105,5 @@ mod tests {
         assert_ne!(a, b);
         assert!(crate::path::validate_id(&a).is_ok());
         assert!(a.contains(&std::process::id().to_string()));
-    }
-
-    #[test]
-    fn term_end_names_are_stable() {
-        assert_eq!(TermEnd::DeadlinePassed.to_string(), "deadline_passed");
-        assert_eq!(TermEnd::NodeDeleted.as_str(), "node_deleted");
     }
 }

@@ -63,6 +63,18 @@ pub enum Error {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
 
+    /// No ZooKeeper server could be reached to establish a session: every host of the connect
+    /// string refused the connection (nothing listens there), did not answer, or accepted it
+    /// but established no session. The managed session keeps retrying with a bounded backoff
+    /// (at most a second between rounds of the hosts); this is what
+    /// [`SessionBuilder::connect`](crate::SessionBuilder::connect) reports when no session came
+    /// within the connection timeout.
+    #[error("no ZooKeeper server reachable: {reason}")]
+    Unreachable {
+        /// What each host did, for example `127.0.0.1:2181: connection refused`.
+        reason: String,
+    },
+
     /// ZooKeeper refused the credentials.
     #[error("ZooKeeper authentication failed")]
     AuthFailed,

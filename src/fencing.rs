@@ -25,11 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use zookeeper_client::{CheckWriteError, CreateMode, MultiWriteResult};
 
 use crate::acl::{Acl, NodeAcl};
-use crate::contender::TermEnd;
 use crate::error::{Error, Result};
 use crate::session::{Lease, Live, Session};
 
@@ -80,8 +79,23 @@ impl std::str::FromStr for FencingToken {
 
 /// The resource side of fencing: remembers the highest token admitted and rejects older ones.
 ///
-/// Put one in front of anything a leader writes (a table, a file, an outbox). Equal tokens are
-/// admitted, so one term can write many times.
+/// **A `Fence` is in-process memory.** It protects a resource only when every writer goes
+/// through the same `Fence` value, in one process (a resource server that admits writes from
+/// many leaders, or a test). Replicas in separate processes each have their own `Fence`, which
+/// protects nothing between them: the check must live where the data lives. In a database that
+/// is one conditional write, the token stored beside the data and compared in the same
+/// statement:
+///
+/// ```sql
+/// UPDATE statement_runs
+///    SET batches_done = :batch, updated_by = :writer, fencing_token = :token
+///  WHERE id = :id AND fencing_token <= :token   -- 0 rows changed: a newer leader wrote; stop
+/// ```
+///
+/// (the repository's `statement_job` and `service` examples do this in SQLite). For ZooKeeper
+/// state itself, [`Leadership::fenced`] does the check on the server.
+///
+/// Equal tokens are admitted, so one term can write many times.
 ///
 /// # Examples
 /// ```
@@ -146,6 +160,47 @@ impl Fence {
 #[derive(Clone)]
 pub struct Leadership {
     inner: Arc<Term>,
+}
+
+/// Why a term ended ([`Leadership::end_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TermEnd {
+    /// The connection was suspended (ends terms under the Standard policy).
+    Suspended,
+    /// The session was lost.
+    Lost,
+    /// Connected to a read-only server, which cannot prove the session alive on the quorum.
+    ReadOnly,
+    /// The leader's node was deleted by someone else.
+    NodeDeleted,
+    /// The deadline ([`Leadership::valid_until`]) passed without the session being proven alive.
+    DeadlinePassed,
+    /// The recipe was closed, or the holder released.
+    Closed,
+    /// The term was interrupted on purpose (`LeaderSelector::interrupt_leadership`).
+    Interrupted,
+}
+
+impl TermEnd {
+    /// A short name for logs and JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TermEnd::Suspended => "suspended",
+            TermEnd::Lost => "lost",
+            TermEnd::ReadOnly => "read_only",
+            TermEnd::NodeDeleted => "node_deleted",
+            TermEnd::DeadlinePassed => "deadline_passed",
+            TermEnd::Closed => "closed",
+            TermEnd::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for TermEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 struct Term {
@@ -263,13 +318,53 @@ impl Leadership {
         self.inner.started
     }
 
-    /// A token that fires when the term ends, for whatever reason. It is a child of the term's
-    /// own token: cancelling it yourself does not end the term.
-    pub fn cancelled(&self) -> CancellationToken {
+    /// The term's stop signal: a future that completes when the term ends, for whatever reason
+    /// (the connection state the error policy counts as loss, the session lost, the deadline
+    /// passed, the node deleted, the recipe closed, an interrupt).
+    ///
+    /// This is the one future to await, typically in a `tokio::select!` against a step of the
+    /// work; [`is_valid`](Self::is_valid) is the one check to make right before each side
+    /// effect (it also catches a deadline that passed while the process was frozen, before the
+    /// term is ended). The future owns what it needs (it does not borrow the term), so it can be
+    /// created once and moved into a task.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn one_batch() {}
+    /// # async fn demo(term: zookeeper_recipes::Leadership) {
+    /// let stop = term.cancelled();
+    /// tokio::pin!(stop);
+    /// loop {
+    ///     tokio::select! {
+    ///         () = &mut stop => break, // the term is over: stop at once
+    ///         () = one_batch() => {}
+    ///     }
+    ///     if !term.is_valid() {
+    ///         break; // checked right before the next side effect
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it only stops waiting.
+    ///
+    /// # Curator
+    /// Where Curator interrupts the thread running `takeLeadership` (`CancelLeadershipException`),
+    /// the closure awaits this.
+    pub fn cancelled(&self) -> WaitForCancellationFutureOwned {
+        self.inner.cancel.clone().cancelled_owned()
+    }
+
+    /// The term's stop signal as a [`CancellationToken`], for code that takes one (a spawned
+    /// task, `CancellationToken::run_until_cancelled`). It is a child of the term's own token:
+    /// cancelling it yourself does not end the term. `term.cancellation_token().cancelled()` is
+    /// the same future as [`cancelled`](Self::cancelled).
+    pub fn cancellation_token(&self) -> CancellationToken {
         self.inner.cancel.child_token()
     }
 
-    /// Waits until the term ends.
+    /// Waits until the term ends: [`cancelled`](Self::cancelled), borrowing the term.
     ///
     /// # Cancel safety
     /// Cancel safe.
@@ -523,6 +618,12 @@ impl From<MultiWriteResult> for FencedResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn term_end_names_are_stable() {
+        assert_eq!(TermEnd::DeadlinePassed.to_string(), "deadline_passed");
+        assert_eq!(TermEnd::NodeDeleted.as_str(), "node_deleted");
+    }
 
     #[test]
     fn tokens_order_by_zxid_and_round_trip_as_text() {

@@ -49,8 +49,9 @@
 //!     .start(move |term: Leadership| {
 //!         let ledger = ledger.clone();
 //!         async move {
-//!             let stop = term.cancelled(); // fires the moment the term ends, for any reason
-//!             while !stop.is_cancelled() && term.is_valid() {
+//!             // false the moment the term ends (for any reason) or its deadline passes;
+//!             // `term.cancelled()` is the future to await in a `select!`
+//!             while term.is_valid() {
 //!                 // The resource keeps the highest token it has seen and refuses older ones.
 //!                 ledger.admit(term.token())?;
 //!                 // ... write one batch ...
@@ -66,14 +67,15 @@
 //!
 //! The repository's `examples/` run the patterns against a real ZooKeeper: `demo` (a crashed and
 //! a frozen leader, the frozen one's late write fenced off), `statement_job` (fencing in SQL),
-//! `outbox_relay`, `health` (readiness by role, Prometheus metrics) and `bench`.
+//! `service` (a whole replica: SIGTERM, readiness, SQL fencing), `outbox_relay`, `health`
+//! (readiness by role, Prometheus metrics) and `bench`.
 //!
 //! # Curator → Rust
 //! | Curator | zookeeper-recipes |
 //! |---|---|
 //! | `CuratorFrameworkFactory.builder().connectString(..).sessionTimeoutMs(..)` | [`Session::builder`] |
 //! | `client.start(); client.blockUntilConnected()` | [`SessionBuilder::connect`] |
-//! | `ConnectionStateListener`, `ConnectionState` | [`Session::state_changes`], [`ConnectionState`] |
+//! | `ConnectionStateListener`, `ConnectionState` | [`Session::state_changes`], [`ConnectionState`] (plus `Closed`: a deliberate close is not `LOST`) |
 //! | `ConnectionStateErrorPolicy` (Standard / Session) | [`ErrorPolicy`] |
 //! | simulated session expiration | `Lost` at [`Session::safe_until`] |
 //! | `new LeaderLatch(client, path, id, closeMode)` + `start()` | [`LeaderLatch::builder`] → [`LeaderLatchBuilder::start`] |
@@ -82,7 +84,7 @@
 //! | `getParticipants()`, `getLeader()`, `Participant` | [`LeaderLatch::participants`], [`LeaderLatch::leader`], [`Participant`] |
 //! | `LeaderSelector` + `LeaderSelectorListener.takeLeadership` | [`LeaderSelector::builder`] → `start(closure)` |
 //! | `autoRequeue()`, `requeue()`, `interruptLeadership()` | [`LeaderSelectorBuilder::auto_requeue`], [`LeaderSelector::requeue`], [`LeaderSelector::interrupt_leadership`] |
-//! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] token |
+//! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] future |
 //! | (none; client-go's `OnNewLeader`, etcd's `Election.Observe`) | [`LeaderObserver`] |
 //! | (none; sharded controllers, Helix-style partition leaders) | [`LeaderPool`] |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
@@ -91,10 +93,15 @@
 //! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | `testing` module (feature `testing`) |
 //!
 //! # Crate features
-//! - `testing`: the real-ZooKeeper test harness ([`testing`]): `TestingServer`,
+//! None is on by default: a service that uses the recipes compiles no CLI, test or metrics
+//! crates.
+//! - `testing`: the real-ZooKeeper test harness (the `testing` module): `TestingServer`,
 //!   `TestingCluster`, `FaultProxy`, `expire_session`, the history checker
-//!   (`testing::history`) and the seeded fault trials (`testing::trial`).
+//!   (`testing::history`).
 //! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
+//! - `cli`: the `zkr` command-line tool (`cargo install zookeeper-recipes --features cli`).
+//! - `metrics`: leadership and session metrics through the `metrics` facade; the names and
+//!   labels are in [`metrics`].
 //!
 //! # Cancel safety and cleanup
 //! Every public async fn states its cancel safety. Recipes never leak a node: closing or dropping
@@ -110,6 +117,7 @@ pub mod error;
 pub mod fencing;
 pub mod leader;
 pub mod lock;
+pub mod metrics;
 pub mod path;
 pub mod process;
 pub mod session;
@@ -120,9 +128,9 @@ pub mod state;
 pub mod testing;
 
 pub use acl::NodeAcl;
-pub use contender::{Participant, TermEnd, leader_of, participants_on};
+pub use contender::{Participant, leader_of, participants_on};
 pub use error::{Error, Result};
-pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken};
+pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken, TermEnd};
 pub use leader::{
     Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,
     LeaderObserver, LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector,
@@ -132,6 +140,9 @@ pub use leader::{
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};
 pub use state::{ConnectionState, ErrorPolicy};
+/// The token type of [`Leadership::cancellation_token`] and [`MutexGuard::lost_token`], re-exported so
+/// that storing one does not require matching this crate's tokio-util version.
+pub use tokio_util::sync::CancellationToken;
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -5,7 +5,7 @@
 //!
 //! - **Its own process group.** The command is started in a new process group, so that
 //!   everything it forks (a shell's children, worker processes) can be signalled at once.
-//! - **Stopped when the term ends, for any reason**: the term's [`Leadership::cancelled`] token
+//! - **Stopped when the term ends, for any reason**: the term's [`Leadership::cancelled`] future
 //!   fires (connection suspended, session lost, node deleted, recipe closed), *or* its deadline
 //!   [`Leadership::valid_until`] passes. The deadline is checked against the clock every time the
 //!   supervisor runs and a timer is re-armed on it as it moves forward, so a process that was
@@ -254,7 +254,7 @@ impl StopSignal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StopReason {
-    /// The term's token fired (see [`Leadership::cancelled`]); the recipe knows why.
+    /// The term ended (see [`Leadership::cancelled`]); the recipe knows why.
     TermEnded,
     /// The term's deadline ([`Leadership::valid_until`]) passed, typically noticed on waking from
     /// a freeze, before the session task has said anything.
@@ -666,7 +666,7 @@ impl<'a> LossWatch<'a> {
         let until = term.valid_until();
         LossWatch {
             term,
-            cancelled: Box::pin(term.cancelled().cancelled_owned()),
+            cancelled: Box::pin(term.cancelled()),
             sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
                 until,
             ))),

@@ -6,8 +6,8 @@
 //! [`zookeeper_client::Client`] and adds what the raw client does not give:
 //!
 //! - **Connection states** ([`ConnectionState`]): `Connected`, `Suspended`, `Reconnected`,
-//!   `Lost`, `ReadOnly`, published through a [`tokio::sync::watch`] ([`Session::watch_status`])
-//!   and a [`Stream`] ([`Session::state_changes`]), each change logged with `tracing`.
+//!   `Lost`, `ReadOnly` (and `Closed` after [`Session::close`]), published through a [`tokio::sync::watch`] ([`Session::watch_status`])
+//!   and a [`Stream`](futures::Stream) ([`Session::state_changes`]), each change logged with `tracing`.
 //! - **Lost by deadline.** The client only declares a session expired once the server says so
 //!   (or, by itself, after about 7/5 of the timeout). The quorum leader may expire the session as
 //!   soon as it has not heard of us for the negotiated timeout, and a follower cut off from it
@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -266,10 +266,14 @@ impl SessionBuilder {
     /// the connection timeout.
     ///
     /// # Errors
-    /// As [`start`](Self::start), and [`Error::Timeout`] when no server answered in time (the
-    /// session is then closed). When the servers answered but refused what a session needs,
-    /// that refusal instead: [`Error::Refused`] (the chroot does not exist and cannot be
-    /// created: no permission, or an ephemeral node in its way) or [`Error::AuthFailed`].
+    /// As [`start`](Self::start), and when no session was established within the connection
+    /// timeout (the session is then closed), why: [`Error::Unreachable`] when no host could be
+    /// reached (its message says `connection refused` when nothing listens), [`Error::Refused`]
+    /// (the chroot does not exist and cannot be created: no permission, or an ephemeral node in
+    /// its way) or [`Error::AuthFailed`] when the servers answered but refused what a session
+    /// needs, else [`Error::Timeout`]. Within the connection timeout it retries with a bounded
+    /// backoff (at most a second between rounds of the hosts), logging each failed attempt at
+    /// `warn` at once, so a server that is still starting is waited for.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the session, which stops connecting.
@@ -569,8 +573,28 @@ impl Session {
 
     /// Every state change from now on, as Curator's `ConnectionStateListener` sees them. A
     /// listener that falls more than 64 changes behind gets the latest status instead of the ones
-    /// it missed. The stream ends when the session is closed.
-    pub fn state_changes(&self) -> impl Stream<Item = SessionStatus> + Send + 'static {
+    /// it missed. The stream ends after the change that reports the close
+    /// ([`ConnectionState::Closed`], `closed` set).
+    ///
+    /// The stream is boxed and so [`Unpin`]: `.next()` works on it directly.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use futures::StreamExt;
+    /// use zookeeper_recipes::{ConnectionState, Session};
+    ///
+    /// # async fn demo(session: Session) {
+    /// let mut changes = session.state_changes();
+    /// while let Some(status) = changes.next().await {
+    ///     match status.state {
+    ///         Some(ConnectionState::Lost) => eprintln!("session lost: alert"),
+    ///         Some(ConnectionState::Closed) => break, // our own close: not an alert
+    ///         other => eprintln!("connection state: {other:?}"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn state_changes(&self) -> BoxStream<'static, SessionStatus> {
         let mut rx = self.shared.events_tx.subscribe();
         let status = self.shared.status_tx.subscribe();
         // A change is published to the status watch first, then as an event: one that was
@@ -578,7 +602,7 @@ impl Session {
         // statuses always differ from the one before, so an event equal to this snapshot is that
         // change, not a new one.
         let mut already_seen = Some(status.borrow().clone());
-        async_stream::stream! {
+        Box::pin(async_stream::stream! {
             loop {
                 match rx.recv().await {
                     Ok(s) => {
@@ -597,7 +621,7 @@ impl Session {
                     Err(broadcast::error::RecvError::Closed) => break,
                 }
             }
-        }
+        })
     }
 
     /// The ZooKeeper session id, while a session exists.
@@ -659,8 +683,16 @@ impl Session {
     }
 
     /// Closes the session: ends the ZooKeeper session on the server (deleting this session's
-    /// ephemeral nodes at once) and stops reconnecting. Recipes using it see `Lost` and stop.
-    /// Waits at most the connection timeout for the server to confirm.
+    /// ephemeral nodes at once) and stops reconnecting. The last status it publishes has
+    /// [`ConnectionState::Closed`] and `closed` set, never [`ConnectionState::Lost`]: a deliberate
+    /// close is not a loss, so an alert on `Lost` does not fire on a clean shutdown. Recipes
+    /// using the session end their terms and stop.
+    ///
+    /// It waits at most the connection timeout ([`SessionBuilder::connection_timeout`]) for the
+    /// server to confirm. When ZooKeeper is unreachable it returns after that bound (the session
+    /// then expires on the servers one session timeout after they last heard from it, and so do
+    /// its nodes): give a pod's termination grace period at least the connection timeout plus
+    /// the time your work needs to stop.
     ///
     /// # Errors
     /// None today; the `Result` leaves room for reporting a close the server did not confirm.
@@ -1184,8 +1216,10 @@ async fn supervise(shared: Arc<Shared>) {
                     failures,
                     MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout),
                 );
-                if matches!(err, Error::Refused { .. } | Error::AuthFailed)
-                    && let Ok(mut refusal) = shared.refusal.lock()
+                if matches!(
+                    err,
+                    Error::Refused { .. } | Error::AuthFailed | Error::Unreachable { .. }
+                ) && let Ok(mut refusal) = shared.refusal.lock()
                 {
                     *refusal = Some(err.clone());
                 }
@@ -1259,13 +1293,16 @@ fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
         *current = None;
     }
     let status = SessionStatus {
-        state: state.map(|_| ConnectionState::Lost),
+        state: state.map(|_| ConnectionState::Closed),
         session_id: None,
         epoch,
         new_session: false,
         closed: true,
     };
     info!(epoch, "session closed");
+    if status.state.is_some() {
+        crate::metrics::connection_state(ConnectionState::Closed);
+    }
     shared.status_tx.send_replace(status.clone());
     let _ = shared.events_tx.send(status);
 }
@@ -1378,8 +1415,9 @@ fn publish(
     new_session: bool,
 ) {
     let sid = session_id.map(hex).unwrap_or_default();
+    crate::metrics::connection_state(state);
     match state {
-        ConnectionState::Connected | ConnectionState::Reconnected => {
+        ConnectionState::Connected | ConnectionState::Reconnected | ConnectionState::Closed => {
             info!(session_id = %sid, epoch, new_session, state = %state, "connection state changed")
         }
         ConnectionState::ReadOnly | ConnectionState::Suspended | ConnectionState::Lost => {
@@ -1400,6 +1438,29 @@ fn publish(
 }
 
 /// Builds a client for a new ZooKeeper session, creating the chroot if needed.
+/// How long [`probe_hosts`] waits for each host (or the connection timeout, if shorter).
+const PROBE_BOUND: Duration = Duration::from_secs(1);
+
+/// What each host of `hosts` does with a plain TCP connection, for the error that says why no
+/// session could be established: `127.0.0.1:2181: connection refused, zk2:2181: no answer
+/// within 15s`.
+async fn probe_hosts(hosts: &str, bound: Duration) -> String {
+    let mut reasons = Vec::new();
+    for host in hosts.split(',') {
+        let addr = host.trim().trim_start_matches("tcp://");
+        let what = match tokio::time::timeout(bound, tokio::net::TcpStream::connect(addr)).await {
+            Err(_) => format!("no answer within {bound:?}"),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                "connection refused".to_owned()
+            }
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(_)) => "accepts connections but established no session".to_owned(),
+        };
+        reasons.push(format!("{addr}: {what}"));
+    }
+    reasons.join(", ")
+}
+
 async fn connect_client(config: &Config) -> Result<Client> {
     let mut connector = Client::connector()
         .with_session_timeout(config.session_timeout)
@@ -1407,7 +1468,19 @@ async fn connect_client(config: &Config) -> Result<Client> {
     if let Some((user, password)) = &config.digest {
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
-    let client = connector.connect(&config.hosts).await?;
+    // One round of the hosts per attempt (the client would otherwise cycle through them until
+    // the session timeout and report only `Timeout`): the supervisor retries with its own
+    // bounded backoff, and can say why no host answered.
+    let client = match connector.with_fail_eagerly().connect(&config.hosts).await {
+        Ok(client) => client,
+        Err(zookeeper_client::Error::NoHosts) => {
+            return Err(Error::Unreachable {
+                reason: probe_hosts(&config.hosts, config.connection_timeout.min(PROBE_BOUND))
+                    .await,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
     let Some(chroot) = &config.chroot else {
         return Ok(client);
     };

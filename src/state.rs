@@ -12,6 +12,10 @@
 //! | new session established after `Lost`                    | `Reconnected`   |
 //! | server said expired, or no reply for the session timeout | `Lost`          |
 //! | connected to a read-only server                         | `ReadOnly`      |
+//! | closed on purpose ([`Session::close`](crate::Session::close), last clone dropped) | `Closed` |
+//!
+//! `Closed` is not a loss: a service that alerts on `Lost` (as on Curator's `LOST`) does not
+//! alert on its own clean shutdown.
 
 use std::fmt;
 
@@ -36,6 +40,11 @@ pub enum ConnectionState {
     Lost,
     /// Connected to a server in read-only mode: reads work, writes (and so elections) do not.
     ReadOnly,
+    /// The session was closed on purpose ([`Session::close`](crate::Session::close), or its
+    /// last clone dropped): the server was asked to end it, which deletes its ephemeral nodes.
+    /// The last state a session reports; nothing follows. A deliberate end, not a loss: terms
+    /// and lock holds end with it, but it is not [`Lost`](Self::Lost).
+    Closed,
 }
 
 impl ConnectionState {
@@ -52,6 +61,7 @@ impl ConnectionState {
             Self::Reconnected => "reconnected",
             Self::Lost => "lost",
             Self::ReadOnly => "read_only",
+            Self::Closed => "closed",
         }
     }
 }
@@ -81,11 +91,17 @@ pub enum ErrorPolicy {
 }
 
 impl ErrorPolicy {
-    /// Whether `state` ends a term under this policy.
+    /// Whether `state` ends a term under this policy. [`ConnectionState::Closed`] ends every
+    /// term under both policies (the session is gone), although it is not a loss.
     pub fn is_error_state(self, state: ConnectionState) -> bool {
         match self {
-            Self::Standard => matches!(state, ConnectionState::Suspended | ConnectionState::Lost),
-            Self::SessionExpired => state == ConnectionState::Lost,
+            Self::Standard => matches!(
+                state,
+                ConnectionState::Suspended | ConnectionState::Lost | ConnectionState::Closed
+            ),
+            Self::SessionExpired => {
+                matches!(state, ConnectionState::Lost | ConnectionState::Closed)
+            }
         }
     }
 }
@@ -126,6 +142,8 @@ pub(crate) fn next_state(
         (Some(C::Lost), S::ConnectedReadOnly) if new_session => C::ReadOnly,
         // A retired client may still report; once lost, only a new session counts.
         (Some(C::Lost), _) => return None,
+        // Closed is the end: the client signals only published by the close itself follow.
+        (Some(C::Closed), _) => return None,
         (Some(C::Suspended), S::Connected) => C::Reconnected,
         (Some(C::Connected | C::Reconnected), S::Connected) => return None,
         (Some(C::ReadOnly), S::Connected) => C::Reconnected,
@@ -142,6 +160,23 @@ mod tests {
     use super::*;
     use ClientSignal as S;
     use ConnectionState as C;
+
+    #[test]
+    fn closed_is_final_and_not_a_loss() {
+        for signal in [
+            S::Connected,
+            S::ConnectedReadOnly,
+            S::Disconnected,
+            S::Terminated,
+            S::DeadlinePassed,
+        ] {
+            assert_eq!(next_state(Some(C::Closed), signal, true), None);
+        }
+        assert!(!C::Closed.is_connected());
+        assert_eq!(C::Closed.as_str(), "closed");
+        assert!(ErrorPolicy::Standard.is_error_state(C::Closed));
+        assert!(ErrorPolicy::SessionExpired.is_error_state(C::Closed));
+    }
 
     #[test]
     fn first_connection_is_connected_not_reconnected() {

@@ -1,7 +1,7 @@
 //! Seeded fault trials on a three-server ensemble, checked by the history checker: the
 //! promise (never two leaders acting at once, never a stale write accepted, never an orphaned
 //! node, a leader soon after every heal) as a measured figure. See
-//! `zookeeper_recipes::testing::trial` for what one trial does.
+//! `tests/trial/mod.rs` for what one trial does.
 //!
 //! CI runs a short set: seeds 1..=10 (`ZKR_TRIALS=<n>` runs seeds 1..=n), one trial after
 //! another (three JVMs each). `ZKR_SEED=<n>` replays the trial of one seed and prints its whole
@@ -11,11 +11,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+// The trial runner is the project's test rig, not public API: it lives beside the tests and
+// `examples/chaos.rs` includes it too.
+mod trial;
 
 use std::time::Instant;
 
 use common::zookeeper;
-use zookeeper_recipes::testing::trial::{TrialConfig, run_trial};
+use trial::{TrialConfig, run_trial};
 
 /// The seeds of this run: `ZKR_SEED` alone, else `1..=ZKR_TRIALS` (default 10).
 fn seeds() -> Vec<u64> {

@@ -912,8 +912,11 @@ async fn a_connect_string_pointing_at_something_else_times_out_cleanly_without_s
             result.as_ref().err(),
             ms(took)
         );
+        // A timeout, or (when the client gave up on every host within the round) what the hosts
+        // did: `accepts connections but established no session`.
         assert!(
-            matches!(result, Err(Error::Timeout(_))),
+            matches!(&result, Err(Error::Timeout(_)))
+                || matches!(&result, Err(Error::Unreachable { reason }) if reason.contains("established no session")),
             "{kind:?}: {result:?}"
         );
         assert!(

@@ -163,7 +163,7 @@ async fn close_mode_notify_leader_reports_not_leader_and_silent_does_not() {
         events
             .wait_for("the leader event", |e| matches!(e, LatchEvent::Leader(_)))
             .await;
-        let cancelled = term.cancelled();
+        let cancelled = term.cancellation_token();
         latch.close().await.unwrap();
         assert!(
             cancelled.is_cancelled(),

@@ -68,7 +68,7 @@ fn holder(
         let history = history.clone();
         Box::pin(async move {
             let start = Instant::now();
-            let stop = term.cancelled();
+            let stop = term.cancellation_token();
             let cancelled = tokio::select! {
                 _ = tokio::time::sleep(hold) => false,
                 _ = stop.cancelled() => true,
@@ -729,4 +729,40 @@ async fn a_closure_that_never_yields_does_not_hold_up_the_next_term() {
     );
     next.close().await.unwrap();
     stuck.close().await.unwrap();
+}
+
+/// `LeaderSelector::current_leadership()` is the running term (the one the closure got, for a
+/// readiness endpoint), and `None` once it ended; the term's `cancelled()` future completes then.
+#[tokio::test]
+async fn current_leadership_is_the_closures_term_until_it_ends() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("current-leadership");
+    let history = History::default();
+    let selector = LeaderSelector::builder(&s, &path)
+        .id("a")
+        .start(holder("a", &history, Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let term = within(BOUND, "the first term", selector.await_leadership())
+        .await
+        .unwrap();
+    assert_eq!(selector.current_leadership().as_ref(), Some(&term));
+    let stop = term.cancelled();
+    selector.interrupt_leadership();
+    within(BOUND, "the term's cancelled() future to complete", stop).await;
+    assert!(!term.is_valid());
+    eventually(
+        BOUND,
+        "current_leadership() to be None after the term",
+        || {
+            let none = selector.current_leadership().is_none();
+            async move { none.then_some(()) }
+        },
+    )
+    .await;
+    selector.close().await.unwrap();
 }

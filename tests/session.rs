@@ -749,3 +749,89 @@ async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_anot
     assert_eq!(term.path(), format!("{path}/{}", kids[0]));
     latch.close().await.unwrap();
 }
+
+/// A deliberate `close()` is not a loss: the last change has `ConnectionState::Closed` (and
+/// `closed`), never `Lost`, so an alert on Lost does not fire on a clean shutdown; a latch on the
+/// session still ends its term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deliberate_close_reports_closed_never_lost() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("close-is-not-lost");
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let term = within(BOUND, "the latch to lead", latch.await_leadership())
+        .await
+        .unwrap();
+    // Unpin: `.next()` works without pinning.
+    let mut changes = s.state_changes();
+    s.close().await.unwrap();
+    let mut seen = Vec::new();
+    within(BOUND, "the state stream to end after the close", async {
+        while let Some(status) = changes.next().await {
+            seen.push(status);
+        }
+    })
+    .await;
+    let last = seen.last().expect("the close was not reported");
+    assert!(last.closed, "{seen:?}");
+    assert_eq!(last.state, Some(ConnectionState::Closed), "{seen:?}");
+    assert!(
+        seen.iter().all(|s| s.state != Some(ConnectionState::Lost)),
+        "a deliberate close must not report Lost: {seen:?}"
+    );
+    assert_eq!(s.state(), Some(ConnectionState::Closed));
+    within(
+        BOUND,
+        "the latch's term to end with the session",
+        term.cancelled(),
+    )
+    .await;
+    latch.close().await.unwrap();
+}
+
+/// A port where nothing listens: `connect` fails with a message that says "connection refused"
+/// (not a bare timeout), and a started session keeps trying, round after round, with a bounded
+/// backoff, until something listens.
+#[tokio::test]
+async fn a_refused_connection_says_connection_refused_and_is_retried() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let err = Session::builder(&addr)
+        .connection_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .expect_err("a session to a port where nothing listens cannot connect");
+    assert!(
+        matches!(&err, Error::Unreachable { reason } if reason.contains("connection refused")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("connection refused"), "{err}");
+
+    // Retried: once something listens, attempts arrive again and again (each is dropped, so no
+    // session is ever established).
+    let s = Session::builder(&addr).start().unwrap();
+    let listener = tokio::net::TcpListener::bind(&addr).await.unwrap();
+    within(
+        BOUND,
+        "three connection attempts after the refusals",
+        async {
+            for _ in 0..3 {
+                let (conn, _) = listener.accept().await.unwrap();
+                drop(conn);
+            }
+        },
+    )
+    .await;
+    assert_eq!(s.state(), None, "no session can have been established");
+    s.close().await.unwrap();
+}

@@ -4,7 +4,7 @@
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::session::{SessionStatus, StatusFeed, is_transient, retry_backoff};
 use crate::state::ConnectionState;
@@ -81,6 +81,7 @@ pub(crate) fn log_state(status: &SessionStatus, mut emit: impl FnMut(ConnectionS
             ConnectionState::Suspended | ConnectionState::Lost | ConnectionState::ReadOnly => {
                 warn!(state = %state, "connection state changed")
             }
+            ConnectionState::Closed => info!(state = %state, "session closed"),
             _ => debug!(state = %state, "connection state changed"),
         }
         emit(state);

@@ -8,10 +8,10 @@ use tracing::instrument;
 
 use crate::acl::NodeAcl;
 use crate::contender::{
-    self, Contender, ContenderEvent, ContenderSpec, Participant, Phase, TermEnd, TermMode,
+    self, Contender, ContenderEvent, ContenderSpec, Participant, Phase, TermMode,
 };
 use crate::error::{Error, Result};
-use crate::fencing::{FencingToken, Leadership};
+use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::leader::feed::until_done;
 use crate::path::{self, LATCH_LOCK_NAME};
 use crate::session::Session;
@@ -25,7 +25,7 @@ use crate::state::{ConnectionState, ErrorPolicy};
 #[non_exhaustive]
 pub enum CloseMode {
     /// No [`LatchEvent::NotLeader`] on close. The term still ends: its
-    /// [`cancelled`](Leadership::cancelled) token fires and [`LeaderLatch::leadership`] turns
+    /// [`cancelled`](Leadership::cancelled) future completes and [`LeaderLatch::leadership`] turns
     /// `None`, because a closed latch must never look like a leader.
     #[default]
     Silent,

@@ -384,6 +384,9 @@ fn publish(shared: &Shared, memory: &mut Memory, leader: Option<LeaderInfo>, ses
     if memory.reported_once && memory.reported == leader {
         return;
     }
+    if memory.reported_once {
+        crate::metrics::leader_changed(&shared.path);
+    }
     memory.reported_once = true;
     let session_id = hex(session_id);
     match &leader {

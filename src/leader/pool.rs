@@ -10,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
 use zookeeper_client::OneshotWatcher;
 
-use crate::contender::{self, TermEnd};
+use crate::contender;
 use crate::error::{Error, Result};
-use crate::fencing::{FencedOp, Leadership};
+use crate::fencing::{FencedOp, Leadership, TermEnd};
 use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
 use crate::path::{self, LATCH_LOCK_NAME};

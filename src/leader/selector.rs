@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, instrument, warn};
 
 use crate::acl::NodeAcl;
-use crate::contender::{self, Contender, ContenderSpec, Participant, TermEnd, TermMode};
+use crate::contender::{self, Contender, ContenderSpec, Participant, TermMode};
 use crate::error::{Error, Result};
-use crate::fencing::{FencingToken, Leadership};
+use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, MUTEX_LOCK_NAME};
 use crate::session::Session;
 use crate::state::ErrorPolicy;
@@ -243,8 +243,8 @@ struct Shared {
 ///     .id("replica-2")
 ///     .auto_requeue(true)
 ///     .start(|term: Leadership| async move {
-///         let stop = term.cancelled();
-///         while !stop.is_cancelled() && term.is_valid() {
+///         // is_valid: the term has not ended and its deadline has not passed.
+///         while term.is_valid() {
 ///             // ... relay one batch, fenced with term.token() ...
 /// #           break;
 ///         }
@@ -296,6 +296,22 @@ impl LeaderSelector {
             .borrow()
             .as_ref()
             .is_some_and(Leadership::is_valid)
+    }
+
+    /// The current term, if one is running (ended terms are not returned): for a readiness
+    /// endpoint or a metric that shows this replica's token. The closure gets the same term.
+    ///
+    /// # Curator
+    /// No counterpart (`LeaderSelector.hasLeadership()` only); [`LeaderLatch`] has the same.
+    ///
+    /// [`LeaderLatch`]: crate::LeaderLatch
+    pub fn current_leadership(&self) -> Option<Leadership> {
+        self.shared
+            .leadership_tx
+            .borrow()
+            .as_ref()
+            .filter(|t| !t.has_ended())
+            .cloned()
     }
 
     /// A watch of the current term.
@@ -587,6 +603,7 @@ fn abort_overrun(
     let overran = ended.elapsed();
     task.abort();
     let count = shared.overruns.fetch_add(1, Ordering::AcqRel) + 1;
+    crate::metrics::selector_overrun(&shared.path);
     let reason = term.end_reason();
     error!(path = %shared.path, node = %term.path(), token = %term.token(),
         session_id = %format_args!("{:#x}", term.session_id()),

@@ -362,7 +362,7 @@ impl MutexGuard {
 
     /// A token that fires when the lock can no longer be proven held.
     pub fn lost_token(&self) -> CancellationToken {
-        self.hold.cancelled()
+        self.hold.cancellation_token()
     }
 
     /// Releases the lock: deletes the node (the next waiter gets the lock at once) and waits for

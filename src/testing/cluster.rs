@@ -8,9 +8,9 @@ use std::time::Duration;
 use futures::future::{join_all, try_join_all};
 use nix::sys::signal::Signal;
 
+use super::config::{ServerMode, Settings};
 use super::process::{self, FLW_TIMEOUT, NodeFiles, ServerNode};
 use super::proxy::FaultProxy;
-use super::server::{ServerMode, Settings};
 use super::{HarnessError, Installation, Result};
 
 /// How long an ensemble may take to elect a leader after its JVMs start.

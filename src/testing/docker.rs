@@ -14,8 +14,8 @@ use testcontainers::core::IntoContainerPort;
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
+use super::config::Settings;
 use super::process;
-use super::server::Settings;
 use super::{HarnessError, Result};
 
 const IMAGE: &str = "zookeeper";

@@ -79,9 +79,10 @@
 //! # Checking histories, and fault trials
 //!
 //! [`history`] is a pure checker of recorded terms and fenced writes (no overlapping terms,
-//! rising tokens, no stale write accepted, the time to a leader after a heal); [`trial`] runs
-//! seeded fault trials on a three-server ensemble and checks them with it
-//! (`tests/fault_trials.rs`, `examples/chaos.rs`).
+//! rising tokens, no stale write accepted, the time to a leader after a heal): record your own
+//! terms and writes and check them with it. The repository's seeded fault trials
+//! (`tests/trial/mod.rs`, run by `tests/fault_trials.rs` and `examples/chaos.rs`) are built on
+//! it; they are the project's own test rig and not part of this API.
 //!
 //! # Curator
 //!
@@ -90,6 +91,7 @@
 //! zookeeper-client's own tests.
 
 mod cluster;
+mod config;
 #[cfg(feature = "docker")]
 mod docker;
 mod expire;
@@ -97,7 +99,6 @@ pub mod history;
 mod process;
 mod proxy;
 mod server;
-pub mod trial;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -105,9 +106,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use cluster::{TestingCluster, TestingClusterBuilder};
+pub use config::ServerMode;
 pub use expire::expire_session;
 pub use proxy::FaultProxy;
-pub use server::{ServerMode, TestingServer, TestingServerBuilder};
+pub use server::{TestingServer, TestingServerBuilder};
 
 /// Errors of the test harness.
 ///

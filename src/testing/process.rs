@@ -18,7 +18,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::server::ServerMode;
+use super::config::ServerMode;
 use super::{HarnessError, Installation, Result, server_logs_wanted};
 
 /// The JVM's main class: it runs standalone or as a quorum peer depending on the config.

@@ -1,5 +1,5 @@
 //! Seeded fault trials: a three-server ensemble, contenders in this process and in `zkr run`
-//! children, a random schedule of faults, and the [history checker](super::history) at the end.
+//! children, a random schedule of faults, and the [history checker](zookeeper_recipes::testing::history) at the end.
 //!
 //! One trial ([`run_trial`]):
 //!
@@ -44,6 +44,10 @@
 //! binary ([`TrialConfig::new`] takes its path). Trials are heavy (three JVMs): run them one
 //! after another.
 
+// Included by tests/fault_trials.rs and examples/chaos.rs, each using part of it; `pub` marks
+// what those callers use.
+#![allow(dead_code, unreachable_pub)]
+
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
@@ -59,15 +63,27 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{History, Term, Violation, Write};
-use super::process::lock;
-use super::{FaultProxy, HarnessError, Result, TestingCluster, expire_session, unique_path};
-use crate::clock::MonotonicTime;
-use crate::fencing::{Fence, FencingToken, Leadership};
-use crate::leader::{LatchEvent, LeaderLatch, LeaderSelector};
-use crate::lock::InterProcessMutex;
-use crate::session::Session;
-use crate::state::ErrorPolicy;
+use zookeeper_recipes::clock::MonotonicTime;
+use zookeeper_recipes::testing::history::{History, Term, Violation, Write};
+use zookeeper_recipes::testing::{
+    FaultProxy, HarnessError, Result, ServerMode, TestingCluster, expire_session, unique_path,
+};
+use zookeeper_recipes::{
+    ErrorPolicy, Fence, FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
+    Leadership, Session,
+};
+
+/// Locks a mutex, taking the data of a poisoned one (a panicked trial task has already failed
+/// the trial; its book is still worth reporting).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`HarnessError::Io`] with a context, as the harness builds it.
+fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
+    let context = context.into();
+    move |source| HarnessError::Io { context, source }
+}
 
 /// The election name (and path suffix) of the latches.
 pub const LATCH_ELECTION: &str = "latch";
@@ -890,7 +906,7 @@ fn spawn_zkr(
 ) -> Result<ZkrChild> {
     let mut child = zkr_command(config, connect, path, id, port, writes)
         .spawn()
-        .map_err(HarnessError::io(format!(
+        .map_err(io_error(format!(
             "starting {} (zkr {})",
             id,
             config.zkr.display()
@@ -1226,7 +1242,7 @@ impl World {
     }
 }
 
-fn contender_error(id: &'static str) -> impl FnOnce(crate::Error) -> HarnessError {
+fn contender_error(id: &'static str) -> impl FnOnce(zookeeper_recipes::Error) -> HarnessError {
     move |e| HarnessError::Io {
         context: format!("starting contender {id}"),
         source: std::io::Error::other(e.to_string()),
@@ -1407,10 +1423,10 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         .collect();
     let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
         .await
-        .map_err(HarnessError::io("binding the resource's port"))?;
+        .map_err(io_error("binding the resource's port"))?;
     let lock_port = listener
         .local_addr()
-        .map_err(HarnessError::io("reading the resource's port"))?
+        .map_err(io_error("reading the resource's port"))?
         .port();
     let mut tasks = JoinSet::new();
     if let Some(r) = resources.get(LOCK_ELECTION) {
@@ -1873,11 +1889,11 @@ async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
         let mut leaders = 0;
         for i in 0..SERVERS {
             match world.cluster.mode(i).await {
-                Ok(super::ServerMode::Leader) => {
+                Ok(ServerMode::Leader) => {
                     members += 1;
                     leaders += 1;
                 }
-                Ok(super::ServerMode::Follower) => members += 1,
+                Ok(ServerMode::Follower) => members += 1,
                 _ => {}
             }
         }
