@@ -95,6 +95,7 @@ mod docker;
 mod expire;
 pub mod history;
 mod process;
+pub mod provision;
 mod proxy;
 mod server;
 pub mod trial;
@@ -102,6 +103,7 @@ pub mod trial;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 pub use cluster::{TestingCluster, TestingClusterBuilder};
@@ -117,7 +119,7 @@ pub use server::{ServerMode, TestingServer, TestingServerBuilder};
 pub enum HarnessError {
     /// The ZooKeeper jars were not found.
     #[error(
-        "ZooKeeper not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y zookeeper`, or set ZOOKEEPER_HOME to an Apache ZooKeeper 3.8+ installation"
+        "ZooKeeper not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y zookeeper`, or set ZOOKEEPER_HOME to an Apache ZooKeeper 3.8+ installation, or start a Docker engine that has or can pull the image ZKR_ZOOKEEPER_IMAGE (default zookeeper:3.9; docker/zookeeper/build.sh builds one from Debian's packages)"
     )]
     ZooKeeperNotFound {
         /// Where the jars were looked for, and which were missing.
@@ -205,7 +207,7 @@ pub enum HarnessError {
     DockerFeatureMissing,
 
     /// `ZKR_TEST_BACKEND` has a value the harness does not know.
-    #[error("unknown ZKR_TEST_BACKEND {0:?}: use `process` (the default) or `docker`")]
+    #[error("unknown ZKR_TEST_BACKEND {0:?}: use `process`, `docker`, or nothing (the harness picks)")]
     UnknownBackend(String),
 
     /// A ZooKeeper client operation of the harness failed.
@@ -234,9 +236,8 @@ impl HarnessError {
 /// The harness's result type.
 pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 
-/// Checks cheaply (no process is started) that Java and the ZooKeeper jars can be found.
-///
-/// With `ZKR_TEST_BACKEND=docker` it checks only that the crate was built with feature `docker`.
+/// Checks that the harness has a backend: see [`backend`] (which may install Debian's
+/// packages, once, when nothing else is there).
 ///
 /// # Errors
 ///
@@ -244,10 +245,7 @@ pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 /// to install them; [`HarnessError::DockerFeatureMissing`] or [`HarnessError::UnknownBackend`]
 /// for a bad `ZKR_TEST_BACKEND`.
 pub fn zookeeper_available() -> Result<()> {
-    match Backend::from_env()? {
-        Backend::Process => Installation::discover().map(drop),
-        Backend::Docker => Ok(()),
-    }
+    backend().map(drop)
 }
 
 /// Decides whether a test that needs ZooKeeper runs: `Ok(true)` to run, `Ok(false)` to skip.
@@ -304,27 +302,107 @@ fn is_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
-/// Which way servers are run, from `ZKR_TEST_BACKEND`.
+/// Which way the harness runs ZooKeeper servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
+#[non_exhaustive]
+pub enum Backend {
+    /// Local JVMs started from the jars of `ZOOKEEPER_HOME` or Debian's package.
     Process,
+    /// Containers of the image `ZKR_ZOOKEEPER_IMAGE` (default `zookeeper:3.9`), crate feature
+    /// `docker`.
     Docker,
 }
 
-impl Backend {
-    pub(crate) fn from_env() -> Result<Backend> {
-        match std::env::var("ZKR_TEST_BACKEND") {
-            Err(_) => Ok(Backend::Process),
-            Ok(v) if v.is_empty() || v.eq_ignore_ascii_case("process") => Ok(Backend::Process),
-            Ok(v) if v.eq_ignore_ascii_case("docker") => {
-                if cfg!(feature = "docker") {
-                    Ok(Backend::Docker)
-                } else {
-                    Err(HarnessError::DockerFeatureMissing)
-                }
-            }
-            Ok(v) => Err(HarnessError::UnknownBackend(v)),
+/// The backend the harness uses, decided once per process.
+///
+/// `ZKR_TEST_BACKEND=process` or `docker` chooses. When it is not set, the harness takes, in
+/// order: a local ZooKeeper if it finds one (`ZOOKEEPER_HOME`, or Debian's package in
+/// `/usr/share/java`) with Java; else Docker (feature `docker`) if an engine answers and the
+/// image `ZKR_ZOOKEEPER_IMAGE` is there or can be pulled; else it installs Debian's packages
+/// when it may ([`provision`]: Debian/Ubuntu, root or password-less sudo, no
+/// `ZKR_NO_INSTALL=1`) and runs local processes. It prints the choice to stderr when it is not
+/// the first one.
+///
+/// # Errors
+///
+/// When nothing works, the local installation's error ([`HarnessError::ZooKeeperNotFound`] or
+/// [`HarnessError::JavaNotFound`]), whose message names the commands; a bad
+/// `ZKR_TEST_BACKEND` ([`HarnessError::UnknownBackend`], [`HarnessError::DockerFeatureMissing`]);
+/// [`HarnessError::Io`] when an installation was tried and failed.
+pub fn backend() -> Result<Backend> {
+    match std::env::var("ZKR_TEST_BACKEND") {
+        Ok(v) if v.eq_ignore_ascii_case("process") => {
+            Installation::discover()?;
+            Ok(Backend::Process)
         }
+        Ok(v) if v.eq_ignore_ascii_case("docker") => {
+            if cfg!(feature = "docker") {
+                Ok(Backend::Docker)
+            } else {
+                Err(HarnessError::DockerFeatureMissing)
+            }
+        }
+        Ok(v) if !v.is_empty() => Err(HarnessError::UnknownBackend(v)),
+        _ => auto_backend(),
+    }
+}
+
+/// The packages a local server needs: the jars (`zookeeper` itself would pull the whole X11
+/// `default-jre` in), and a headless Java runtime.
+const ZOOKEEPER_PACKAGES: &[&str] = &["libzookeeper-java", "default-jre-headless"];
+
+fn auto_backend() -> Result<Backend> {
+    static CHOICE: OnceLock<Backend> = OnceLock::new();
+    if let Some(choice) = CHOICE.get() {
+        return Ok(*choice);
+    }
+    let choice = match Installation::discover() {
+        Ok(_) => Backend::Process,
+        Err(local) => {
+            if docker_ready() {
+                eprintln!(
+                    "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker                      containers of {}",
+                    docker_image()
+                );
+                Backend::Docker
+            } else if provision::install_debian_packages(
+                ZOOKEEPER_PACKAGES,
+                &format!(
+                    "the tests need a ZooKeeper server and none was found (no local installation:                      {local}; no Docker engine with the image {})",
+                    docker_image()
+                ),
+                || Installation::discover().is_err(),
+            )? {
+                Installation::discover()?;
+                Backend::Process
+            } else {
+                return Err(local);
+            }
+        }
+    };
+    Ok(*CHOICE.get_or_init(|| choice))
+}
+
+fn docker_image() -> String {
+    #[cfg(feature = "docker")]
+    {
+        docker::image_reference()
+    }
+    #[cfg(not(feature = "docker"))]
+    {
+        "(none: the crate feature `docker` is off)".to_owned()
+    }
+}
+
+/// Whether a Docker engine answers and has (or can pull) the image.
+fn docker_ready() -> bool {
+    #[cfg(feature = "docker")]
+    {
+        docker::image_available()
+    }
+    #[cfg(not(feature = "docker"))]
+    {
+        false
     }
 }
 
