@@ -517,7 +517,8 @@ impl TestingCluster {
         }
     }
 
-    fn link<'a>(&self, links: &'a [PeerLink], from: usize, to: usize) -> Result<&'a FaultProxy> {
+    /// Two distinct servers of the cluster.
+    fn pair(&self, from: usize, to: usize) -> Result<()> {
         self.check(from)?;
         self.check(to)?;
         if from == to {
@@ -526,6 +527,11 @@ impl TestingCluster {
                 reason: format!("server {from} has no link to itself"),
             });
         }
+        Ok(())
+    }
+
+    fn link<'a>(&self, links: &'a [PeerLink], from: usize, to: usize) -> Result<&'a FaultProxy> {
+        self.pair(from, to)?;
         links
             .iter()
             .find(|l| l.from == from && l.to == to)
@@ -629,14 +635,7 @@ impl TestingCluster {
             }
             #[cfg(feature = "docker")]
             Servers::Docker(d) => {
-                self.check(from)?;
-                self.check(to)?;
-                if from == to {
-                    return Err(HarnessError::InvalidArgument {
-                        what: "server pair",
-                        reason: format!("server {from} has no link to itself"),
-                    });
-                }
+                self.pair(from, to)?;
                 d.cut(&[(from, to)])?;
             }
         }
@@ -676,7 +675,10 @@ impl TestingCluster {
         match &self.servers {
             Servers::Process { links, .. } => Ok(self.link(links, from, to)?.connection_count()),
             #[cfg(feature = "docker")]
-            Servers::Docker(d) => d.peer_connections(from, to),
+            Servers::Docker(d) => {
+                self.pair(from, to)?;
+                d.peer_connections(from, to)
+            }
         }
     }
 

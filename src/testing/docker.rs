@@ -581,11 +581,17 @@ impl DockerCluster {
     }
 
     pub(crate) fn connect_strings(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| n.connect_string.clone()).collect()
+        self.nodes
+            .iter()
+            .map(|n| n.connect_string.clone())
+            .collect()
     }
 
     pub(crate) fn log_tail(&self, index: usize) -> String {
-        self.nodes.get(index).map(Node::log_tail).unwrap_or_default()
+        self.nodes
+            .get(index)
+            .map(Node::log_tail)
+            .unwrap_or_default()
     }
 
     pub(crate) fn is_running(&self, index: usize) -> Result<bool> {
@@ -645,11 +651,7 @@ impl DockerCluster {
             cut.clear();
             was
         };
-        if was_cut {
-            self.apply_cuts()
-        } else {
-            Ok(())
-        }
+        if was_cut { self.apply_cuts() } else { Ok(()) }
     }
 
     /// Writes each running container's `ZKR-PEERS` chain: a `DROP` of what comes from each
@@ -718,7 +720,10 @@ impl DockerCluster {
             .skip(1)
             .filter(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.get(3) == Some(&"01") && cols.get(2).is_some_and(|r| remotes.contains(&(*r).to_owned()))
+                cols.get(3) == Some(&"01")
+                    && cols
+                        .get(2)
+                        .is_some_and(|r| remotes.contains(&(*r).to_owned()))
             })
             .count())
     }

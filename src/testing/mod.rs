@@ -207,7 +207,9 @@ pub enum HarnessError {
     DockerFeatureMissing,
 
     /// `ZKR_TEST_BACKEND` has a value the harness does not know.
-    #[error("unknown ZKR_TEST_BACKEND {0:?}: use `process`, `docker`, or nothing (the harness picks)")]
+    #[error(
+        "unknown ZKR_TEST_BACKEND {0:?}: use `process`, `docker`, or nothing (the harness picks)"
+    )]
     UnknownBackend(String),
 
     /// A ZooKeeper client operation of the harness failed.

@@ -96,7 +96,11 @@ pub fn install_debian_packages(
     if !missing() {
         return Ok(true);
     }
-    let update: Vec<&str> = prefix.iter().copied().chain(["apt-get", "update"]).collect();
+    let update: Vec<&str> = prefix
+        .iter()
+        .copied()
+        .chain(["apt-get", "update"])
+        .collect();
     let install: Vec<&str> = prefix
         .iter()
         .copied()
