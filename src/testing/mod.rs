@@ -128,7 +128,7 @@ pub enum HarnessError {
 
     /// No `java` executable was found.
     #[error(
-        "Java not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y default-jre-headless`, or set JAVA_HOME to a Java 11+ installation"
+        "Java not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y default-jre-headless zookeeper`, or set JAVA_HOME to a Java 11+ installation, or start a Docker engine that has or can pull the image ZKR_ZOOKEEPER_IMAGE (default zookeeper:3.9; docker/zookeeper/build.sh builds one from Debian's packages)"
     )]
     JavaNotFound {
         /// Where `java` was looked for.
@@ -363,17 +363,17 @@ fn auto_backend() -> Result<Backend> {
         Err(local) => {
             if docker_ready() {
                 eprintln!(
-                    "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker                      containers of {}",
+                    "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
                     docker_image()
                 );
                 Backend::Docker
             } else if provision::install_debian_packages(
                 ZOOKEEPER_PACKAGES,
                 &format!(
-                    "the tests need a ZooKeeper server and none was found (no local installation:                      {local}; no Docker engine with the image {})",
+                    "the tests need a ZooKeeper server and none was found (no local installation: {local}; no Docker engine with the image {})",
                     docker_image()
                 ),
-                || Installation::discover().is_err(),
+                || Installation::discover().err().map(|e| e.to_string()),
             )? {
                 Installation::discover()?;
                 Backend::Process

@@ -60,23 +60,23 @@ fn is_root() -> bool {
     })
 }
 
-/// Installs Debian `packages` when `missing()` says something is missing and installing is
-/// allowed here (see the module doc), and says so on stderr with `why`.
+/// Installs Debian `packages` when `missing()` says what is missing (`Some(what)`) and
+/// installing is allowed here (see the module doc), and says so on stderr with `why`.
 ///
-/// Returns `Ok(true)` when `missing()` is `false` afterwards (installed now, or by a concurrent
+/// Returns `Ok(true)` when nothing is missing afterwards (installed now, or by a concurrent
 /// test binary while this one waited for the lock), `Ok(false)` when installing is not allowed
 /// here (the caller then reports its own error).
 ///
 /// # Errors
 ///
-/// [`HarnessError::Io`] when the lock cannot be taken or `apt-get` fails (its output is on
-/// stderr).
+/// [`HarnessError::Io`] when the lock cannot be taken, `apt-get` fails (its output is on
+/// stderr), or something is still missing after the installation (the error says what).
 pub fn install_debian_packages(
     packages: &[&str],
     why: &str,
-    missing: impl Fn() -> bool,
+    missing: impl Fn() -> Option<String>,
 ) -> Result<bool> {
-    if !missing() {
+    if missing().is_none() {
         return Ok(true);
     }
     let Some(prefix) = installer() else {
@@ -93,7 +93,7 @@ pub fn install_debian_packages(
         source: e.into(),
     })?;
     // Another test binary may have installed them while this one waited.
-    if !missing() {
+    if missing().is_none() {
         return Ok(true);
     }
     let update: Vec<&str> = prefix
@@ -149,5 +149,11 @@ pub fn install_debian_packages(
             command.join(" ")
         );
     }
-    Ok(!missing())
+    match missing() {
+        None => Ok(true),
+        Some(what) => Err(HarnessError::Io {
+            context: format!("after installing {}", packages.join(" ")),
+            source: std::io::Error::other(format!("still missing: {what}")),
+        }),
+    }
 }

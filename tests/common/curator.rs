@@ -77,7 +77,7 @@ pub fn java_available() -> Result<(), String> {
         zookeeper_recipes::testing::provision::install_debian_packages(
             &["libcurator-recipes-java", "default-jdk-headless"],
             "the Curator interop tests need a JDK and Apache Curator's jars, and they are missing",
-            || java_missing().is_err(),
+            || java_missing().err(),
         )
         .map_err(|e| e.to_string())
     });
