@@ -38,7 +38,8 @@ struct Args {
     session_timeout: Duration,
 }
 
-const USAGE: &str = "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s]";
+const USAGE: &str =
+    "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {

@@ -286,7 +286,7 @@ impl Node {
                 return Ok(());
             }
             polls += 1;
-            if polls % 20 == 0 && !self.container.is_running().await.unwrap_or(true) {
+            if polls.is_multiple_of(20) && !self.container.is_running().await.unwrap_or(true) {
                 let status = self
                     .container
                     .exit_code()
