@@ -1,4 +1,4 @@
-//! [`TestingCluster`]: a real ZooKeeper ensemble on loopback, one child process per server.
+//! [`TestingCluster`]: a real ZooKeeper ensemble, one child process (or container) per server.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -425,6 +425,12 @@ async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
 /// cut both ways makes it one-way); `heal` restores every link. The proxies stay across
 /// [`restart_server`](Self::restart_server), and [`peer_connections`](Self::peer_connections)
 /// counts the connections through one of them.
+///
+/// On the docker backend the servers are containers on a private network, connected directly,
+/// and a cut is an iptables `DROP` in the receiving container's network namespace of what the
+/// other sends (silent as well; clients still reach every server through its published port);
+/// the cuts in force are written again after a restart. [`peer_connections`](Self::peer_connections)
+/// then reads the sending container's TCP table.
 ///
 /// The proxies run on the tokio runtime that started the cluster: use the cluster from that
 /// runtime, and do not keep it in a `static` shared between tests' runtimes (when its runtime

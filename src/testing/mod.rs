@@ -17,9 +17,13 @@
 //! are discarded (slf4j-nop) unless `ZKR_TEST_ZK_LOG=1` selects slf4j-simple, when they go to the
 //! `zookeeper.log` file in the server's directory ([`TestingServer::log_path`]).
 //!
-//! `ZKR_TEST_BACKEND=docker` makes [`TestingServer`] run the `zookeeper:3.9` image through
-//! testcontainers instead (crate feature `docker`); [`TestingCluster`] always runs local
-//! processes.
+//! `ZKR_TEST_BACKEND=docker` makes [`TestingServer`] and [`TestingCluster`] run containers of
+//! the image `ZKR_ZOOKEEPER_IMAGE` (default `zookeeper:3.9`) through testcontainers instead
+//! (crate feature `docker`), with the same operations: stop, restart on the same port, kill
+//! (`docker kill`), pause (`docker pause`), the leader's identity, and the partitions between a
+//! cluster's servers (iptables rules in the containers' network namespaces on a private
+//! network; root on the host). With no `ZKR_TEST_BACKEND`, [`backend`] picks: a local
+//! ZooKeeper, else Docker, else Debian's packages installed by [`provision`].
 //!
 //! # Nothing leaks
 //!
