@@ -166,7 +166,7 @@ fn fresh_name() -> String {
 /// containers (with their anonymous volumes) and the network. Spawned before the containers
 /// are created, with the names they will have, so a crash in between leaks nothing either.
 struct Reaper {
-    child: Child,
+    child: Option<Child>,
     stdin: Option<ChildStdin>,
 }
 
@@ -188,18 +188,25 @@ impl Reaper {
                 "starting the sidecar `sh` that removes the containers if this process dies",
             ))?;
         let stdin = child.stdin.take();
-        Ok(Reaper { child, stdin })
+        Ok(Reaper {
+            child: Some(child),
+            stdin,
+        })
     }
 }
 
 impl Drop for Reaper {
-    /// Closes the pipe: the sidecar removes the containers now. It is left to finish on its own
-    /// (Drop must not block); `try_wait` reaps it if it already has.
+    /// Closes the pipe: the sidecar removes the containers now. Drop must not block, so a
+    /// thread of its own waits for (and reaps) the sidecar.
     fn drop(&mut self) {
         if let Some(mut stdin) = self.stdin.take() {
             let _ = stdin.write_all(b"\n");
         }
-        let _ = self.child.try_wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = std::thread::Builder::new()
+                .name("zkr-docker-reaper".to_owned())
+                .spawn(move || child.wait());
+        }
     }
 }
 
