@@ -107,7 +107,6 @@ pub mod trial;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 pub use cluster::{TestingCluster, TestingClusterBuilder};
@@ -358,35 +357,53 @@ pub fn backend() -> Result<Backend> {
 const ZOOKEEPER_PACKAGES: &[&str] = &["libzookeeper-java", "default-jre-headless"];
 
 fn auto_backend() -> Result<Backend> {
-    static CHOICE: OnceLock<Backend> = OnceLock::new();
-    if let Some(choice) = CHOICE.get() {
-        return Ok(*choice);
+    // Decided once per process, under a lock so that concurrent tests do not each probe Docker
+    // or print the choice: `Some(None)` records that nothing worked (the local installation's
+    // error is then returned again, cheaply, without another `docker pull` or install).
+    static CHOICE: std::sync::Mutex<Option<Option<Backend>>> = std::sync::Mutex::new(None);
+    let mut decided = process::lock(&CHOICE);
+    match *decided {
+        Some(Some(backend)) => return Ok(backend),
+        Some(None) => return Installation::discover().map(|_| Backend::Process),
+        None => {}
     }
-    let choice = match Installation::discover() {
-        Ok(_) => Backend::Process,
-        Err(local) => {
-            if docker_ready() {
-                eprintln!(
-                    "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
-                    docker_image()
-                );
-                Backend::Docker
-            } else if provision::install_debian_packages(
-                ZOOKEEPER_PACKAGES,
-                &format!(
-                    "the tests need a ZooKeeper server and none was found (no local installation: {local}; no Docker engine with the image {})",
-                    docker_image()
-                ),
-                || Installation::discover().err().map(|e| e.to_string()),
-            )? {
-                Installation::discover()?;
-                Backend::Process
-            } else {
-                return Err(local);
-            }
+    let local = match Installation::discover() {
+        Ok(_) => {
+            *decided = Some(Some(Backend::Process));
+            return Ok(Backend::Process);
         }
+        Err(local) => local,
     };
-    Ok(*CHOICE.get_or_init(|| choice))
+    if docker_ready() {
+        eprintln!(
+            "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
+            docker_image()
+        );
+        *decided = Some(Some(Backend::Docker));
+        return Ok(Backend::Docker);
+    }
+    let installed = provision::install_debian_packages(
+        ZOOKEEPER_PACKAGES,
+        &format!(
+            "the tests need a ZooKeeper server and none was found (no local installation: {local}; no Docker engine with the image {})",
+            docker_image()
+        ),
+        || Installation::discover().err().map(|e| e.to_string()),
+    );
+    match installed {
+        Ok(true) => {
+            *decided = Some(Some(Backend::Process));
+            Ok(Backend::Process)
+        }
+        Ok(false) => {
+            *decided = Some(None);
+            Err(local)
+        }
+        Err(e) => {
+            *decided = Some(None);
+            Err(e)
+        }
+    }
 }
 
 fn docker_image() -> String {
