@@ -12,6 +12,14 @@
 //! (printed), so that repeated runs explore new schedules; `ZKR_SEED=<n> cargo test --test
 //! fault_trials` replays any one of them. Exits 1 when a trial failed.
 //!
+//! `--containers` runs each trial's three servers as Docker containers (the harness's docker
+//! backend, image `ZKR_ZOOKEEPER_IMAGE`, default `zookeeper:3.9`): the same schedule of faults
+//! is then done to containers, a frozen server is a `docker pause`d one, a killed one is
+//! `docker kill`ed and restarted, and the partitions (a follower cut off from its peers while
+//! clients still reach it, the quorum leader cut off, a minority/majority split, one-way cuts)
+//! are iptables rules in the containers' network namespaces (root on the host). The history
+//! checker and the properties are the same. It is the same as `ZKR_TEST_BACKEND=docker`.
+//!
 //! The trials need the `zkr` binary: the one next to this example (`target/<profile>/zkr`),
 //! else this example builds it with `$CARGO build --features cli --bin zkr` in the same
 //! profile.
@@ -28,16 +36,19 @@ mod trial;
 use trial::{FaultKind, TrialConfig, TrialReport, run_trial};
 
 struct Args {
+    containers: bool,
     trials: u64,
     seed: Option<u64>,
     rounds: usize,
     session_timeout: Duration,
 }
 
-const USAGE: &str = "usage: chaos [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s]";
+const USAGE: &str =
+    "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
+        containers: false,
         trials: 200,
         seed: None,
         rounds: 4,
@@ -47,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
+            "--containers" => args.containers = true,
             "--trials" => args.trials = value()?.parse().map_err(|e| format!("--trials: {e}"))?,
             "--seed" => args.seed = Some(value()?.parse().map_err(|e| format!("--seed: {e}"))?),
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
@@ -59,6 +71,24 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
+}
+
+/// Runs this program again with `ZKR_TEST_BACKEND=docker` and the same arguments.
+fn containers_run() -> ExitCode {
+    let status = std::env::current_exe().and_then(|exe| {
+        std::process::Command::new(exe)
+            .args(std::env::args().skip(1))
+            .env("ZKR_TEST_BACKEND", "docker")
+            .status()
+    });
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(1)).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("chaos: cannot run itself again with ZKR_TEST_BACKEND=docker: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The `zkr` binary of this build: next to this example, else built now in the same profile.
@@ -250,6 +280,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.containers && std::env::var("ZKR_TEST_BACKEND").as_deref() != Ok("docker") {
+        // The harness reads its backend from the environment: run this program again with it.
+        return containers_run();
+    }
     if let Err(e) = zookeeper_recipes::testing::zookeeper_available() {
         eprintln!("chaos: {e}");
         return ExitCode::FAILURE;
@@ -268,8 +302,15 @@ async fn main() -> ExitCode {
     });
     let seeds = first..first.saturating_add(args.trials);
     let last = seeds.end.saturating_sub(1).max(first);
+    let servers = match zookeeper_recipes::testing::backend() {
+        Ok(zookeeper_recipes::testing::Backend::Docker) => format!(
+            "servers: Docker containers of {}",
+            std::env::var("ZKR_ZOOKEEPER_IMAGE").unwrap_or_else(|_| "zookeeper:3.9".to_owned())
+        ),
+        _ => "servers: local JVMs".to_owned(),
+    };
     println!(
-        "chaos: {} trials, seeds {first}..={last}, {} rounds each, session timeout {:?}, zkr {}",
+        "chaos: {} trials, seeds {first}..={last}, {} rounds each, session timeout {:?}, zkr {}, {servers}",
         args.trials,
         args.rounds,
         args.session_timeout,

@@ -585,21 +585,23 @@ fn server_dies_when_the_test_process_is_killed() {
         .expect("the probe did not report a started server within 60 s");
     let (pid, dir) = line.split_once(' ').expect("pid and dir");
     let pid: u32 = pid.parse().expect("pid");
-    let dir = PathBuf::from(dir);
+    let dir = (dir != "-").then(|| PathBuf::from(dir));
     assert!(alive(pid), "the probe's server is not running");
-    assert!(dir.exists());
+    assert!(dir.as_ref().is_none_or(|d| d.exists()));
 
     child.0.kill().expect("SIGKILL the probe");
     child.0.wait().expect("reap the probe");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while (alive(pid) || dir.exists()) && Instant::now() < deadline {
+    while (alive(pid) || dir.as_ref().is_some_and(|d| d.exists())) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
         !alive(pid),
         "the JVM {pid} outlived its SIGKILLed test process"
     );
-    assert!(!dir.exists(), "{} outlived its test process", dir.display());
+    if let Some(dir) = dir {
+        assert!(!dir.exists(), "{} outlived its test process", dir.display());
+    }
 }
 
 /// A child process that is killed if the test fails before it is.
@@ -632,16 +634,13 @@ fn leak_probe_child() {
     let server = rt
         .block_on(TestingServer::start())
         .expect("probe server did not start");
+    // The docker backend has no directory on the host: the container's JVM (a host process
+    // too) is what must not outlive the probe.
     let dir = server
         .data_dir()
         .and_then(|d| d.parent())
-        .expect("the server's directory")
-        .to_path_buf();
-    println!(
-        "LEAK-PROBE {} {}",
-        server.pid().expect("pid"),
-        dir.display()
-    );
+        .map_or_else(|| "-".to_owned(), |d| d.display().to_string());
+    println!("LEAK-PROBE {} {dir}", server.pid().expect("pid"));
     // Wait to be killed (bounded, should the parent die first).
     std::thread::sleep(Duration::from_secs(120));
 }
@@ -790,6 +789,12 @@ fn established_ports(pid: u32) -> Vec<(u16, u16)> {
 /// No TCP connection joins two of the cluster's JVMs directly: each has the harness (a proxy)
 /// at its other end.
 fn assert_no_direct_peer_connection(cluster: &TestingCluster) {
+    if testing::backend().unwrap() == testing::Backend::Docker {
+        // Containers reach each other directly on their private network: there cuts are
+        // iptables rules in their network namespaces, not link proxies.
+        eprintln!("[harness] docker backend: peers connect directly, no link proxy to check");
+        return;
+    }
     let sockets: Vec<(usize, Vec<(u16, u16)>)> = (0..cluster.len())
         .map(|i| {
             let pid = cluster.server_pid(i).unwrap().expect("a running server");

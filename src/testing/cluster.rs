@@ -1,4 +1,4 @@
-//! [`TestingCluster`]: a real ZooKeeper ensemble on loopback, one child process per server.
+//! [`TestingCluster`]: a real ZooKeeper ensemble, one child process (or container) per server.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use super::config::{ServerMode, Settings};
 use super::process::{self, FLW_TIMEOUT, NodeFiles, ServerNode};
 use super::proxy::FaultProxy;
-use super::{HarnessError, Installation, Result};
+use super::{Backend, HarnessError, Installation, Result};
 
 /// How long an ensemble may take to elect a leader after its JVMs start.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -145,6 +145,9 @@ impl TestingClusterBuilder {
                 });
             }
         }
+        if super::backend()? == Backend::Docker {
+            return self.start_docker().await;
+        }
         let install = Installation::discover()?;
         let dir = tempfile::Builder::new()
             .prefix("zkr-ensemble-")
@@ -158,20 +161,30 @@ impl TestingClusterBuilder {
             for node in &nodes {
                 node.spawn()?;
             }
-            match wait_ready(&nodes, self.settings.start_timeout).await {
+            let addresses: Vec<String> = nodes
+                .iter()
+                .map(|n| n.connect_string().to_owned())
+                .collect();
+            let timeout = self.settings.start_timeout;
+            let ready = async {
+                try_join_all(nodes.iter().map(|n| n.wait_serving(timeout, is_member))).await?;
+                wait_ready(&addresses, timeout, |i| {
+                    nodes.get(i).map(ServerNode::log_tail).unwrap_or_default()
+                })
+                .await
+            };
+            match ready.await {
                 Ok(()) => {
-                    let connect_string = nodes
-                        .iter()
-                        .map(ServerNode::connect_string)
-                        .collect::<Vec<_>>()
-                        .join(",");
                     return Ok(TestingCluster {
-                        nodes,
-                        links,
+                        servers: Servers::Process {
+                            nodes,
+                            links,
+                            _dir: dir,
+                        },
+                        connect_string: addresses.join(","),
+                        addresses,
                         tick_time: self.settings.tick_time,
-                        connect_string,
                         start_timeout: self.settings.start_timeout,
-                        _dir: dir,
                     });
                 }
                 Err(e) => {
@@ -189,6 +202,37 @@ impl TestingClusterBuilder {
             }
         }
         Err(last_err.unwrap_or(HarnessError::Unsupported("no start attempt was made")))
+    }
+
+    /// The docker backend: one container per server on a private network (see
+    /// [`super::docker`]).
+    #[cfg(feature = "docker")]
+    async fn start_docker(self) -> Result<TestingCluster> {
+        let cluster = super::docker::DockerCluster::start(super::docker::ClusterSpec {
+            servers: self.servers,
+            settings: &self.settings,
+            init_limit: self.init_limit,
+            sync_limit: self.sync_limit,
+            read_only_mode: self.read_only_mode,
+        })
+        .await?;
+        let addresses = cluster.connect_strings();
+        wait_ready(&addresses, self.settings.start_timeout, |i| {
+            cluster.log_tail(i)
+        })
+        .await?;
+        Ok(TestingCluster {
+            servers: Servers::Docker(cluster),
+            connect_string: addresses.join(","),
+            addresses,
+            tick_time: self.settings.tick_time,
+            start_timeout: self.settings.start_timeout,
+        })
+    }
+
+    #[cfg(not(feature = "docker"))]
+    async fn start_docker(self) -> Result<TestingCluster> {
+        Err(HarnessError::DockerFeatureMissing)
     }
 
     /// Fresh ports, the proxies of every directed link, fresh data dirs with `myid`, and a
@@ -314,12 +358,15 @@ struct PeerLink {
     announce: Arc<OnceLock<String>>,
 }
 
-/// Every node a leader or follower, and exactly one leader.
-async fn wait_ready(nodes: &[ServerNode], timeout: Duration) -> Result<()> {
+/// Every server a leader or follower, and exactly one leader; `log_tail(i)` says why not.
+async fn wait_ready(
+    addresses: &[String],
+    timeout: Duration,
+    log_tail: impl Fn(usize) -> String,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
-    try_join_all(nodes.iter().map(|n| n.wait_serving(timeout, is_member))).await?;
     loop {
-        let modes = modes(nodes).await;
+        let modes = modes(addresses).await;
         let leaders = modes
             .iter()
             .filter(|m| **m == Some(ServerMode::Leader))
@@ -328,15 +375,16 @@ async fn wait_ready(nodes: &[ServerNode], timeout: Duration) -> Result<()> {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            let log_tail = nodes
+            let log_tail = addresses
                 .iter()
                 .zip(&modes)
-                .filter(|(_, m)| !m.is_some_and(is_member))
-                .map(|(n, _)| format!("--- {}:\n{}", n.connect_string(), n.log_tail()))
+                .enumerate()
+                .filter(|(_, (_, m))| !m.is_some_and(is_member))
+                .map(|(i, (a, _))| format!("--- {a}:\n{}", log_tail(i)))
                 .collect::<Vec<_>>()
                 .join("\n");
             return Err(HarnessError::StartTimeout {
-                what: format!("ensemble of {} (modes {modes:?})", nodes.len()),
+                what: format!("ensemble of {} (modes {modes:?})", addresses.len()),
                 log_tail,
             });
         }
@@ -344,10 +392,10 @@ async fn wait_ready(nodes: &[ServerNode], timeout: Duration) -> Result<()> {
     }
 }
 
-/// Each node's mode, `None` where it does not answer.
-async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
-    join_all(nodes.iter().map(|n| async move {
-        process::four_letter_word(n.connect_string(), "srvr", FLW_TIMEOUT)
+/// Each server's mode, `None` where it does not answer.
+async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
+    join_all(addresses.iter().map(|a| async move {
+        process::four_letter_word(a, "srvr", FLW_TIMEOUT)
             .await
             .ok()
             .map(|s| process::parse_mode(&s))
@@ -377,6 +425,12 @@ async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
 /// cut both ways makes it one-way); `heal` restores every link. The proxies stay across
 /// [`restart_server`](Self::restart_server), and [`peer_connections`](Self::peer_connections)
 /// counts the connections through one of them.
+///
+/// On the docker backend the servers are containers on a private network, connected directly,
+/// and a cut is an iptables `DROP` in the receiving container's network namespace of what the
+/// other sends (silent as well; clients still reach every server through its published port);
+/// the cuts in force are written again after a restart. [`peer_connections`](Self::peer_connections)
+/// then reads the sending container's TCP table.
 ///
 /// The proxies run on the tokio runtime that started the cluster: use the cluster from that
 /// runtime, and do not keep it in a `static` shared between tests' runtimes (when its runtime
@@ -408,13 +462,24 @@ async fn modes(nodes: &[ServerNode]) -> Vec<Option<ServerMode>> {
 /// `org.apache.curator.test.TestingCluster` with `killServer` / `restartServer`; Curator finds
 /// servers by `InstanceSpec`, this harness by index.
 pub struct TestingCluster {
-    // Field order: the nodes (their JVMs) go before the directory they use.
-    nodes: Vec<ServerNode>,
-    links: Vec<PeerLink>,
+    servers: Servers,
+    /// Each server's client address.
+    addresses: Vec<String>,
     tick_time: Duration,
     connect_string: String,
     start_timeout: Duration,
-    _dir: tempfile::TempDir,
+}
+
+/// The servers of a cluster, by backend.
+enum Servers {
+    /// Field order: the nodes (their JVMs) go before the directory they use.
+    Process {
+        nodes: Vec<ServerNode>,
+        links: Vec<PeerLink>,
+        _dir: tempfile::TempDir,
+    },
+    #[cfg(feature = "docker")]
+    Docker(super::docker::DockerCluster),
 }
 
 impl std::fmt::Debug for TestingCluster {
@@ -447,17 +512,33 @@ impl TestingCluster {
         TestingClusterBuilder::default()
     }
 
-    fn node(&self, index: usize) -> Result<&ServerNode> {
-        self.nodes.get(index).ok_or(HarnessError::NoSuchServer {
-            index,
-            len: self.nodes.len(),
-        })
+    fn check(&self, index: usize) -> Result<()> {
+        if index < self.addresses.len() {
+            Ok(())
+        } else {
+            Err(HarnessError::NoSuchServer {
+                index,
+                len: self.addresses.len(),
+            })
+        }
     }
 
-    fn link(&self, from: usize, to: usize) -> Result<&FaultProxy> {
-        self.node(from)?;
-        self.node(to)?;
-        self.links
+    /// Two distinct servers of the cluster.
+    fn pair(&self, from: usize, to: usize) -> Result<()> {
+        self.check(from)?;
+        self.check(to)?;
+        if from == to {
+            return Err(HarnessError::InvalidArgument {
+                what: "server pair",
+                reason: format!("server {from} has no link to itself"),
+            });
+        }
+        Ok(())
+    }
+
+    fn link<'a>(&self, links: &'a [PeerLink], from: usize, to: usize) -> Result<&'a FaultProxy> {
+        self.pair(from, to)?;
+        links
             .iter()
             .find(|l| l.from == from && l.to == to)
             .map(|l| &l.proxy)
@@ -483,13 +564,21 @@ impl TestingCluster {
     ///
     /// [`HarnessError::NoSuchServer`] for an index out of range.
     pub fn isolate(&self, index: usize) -> Result<()> {
-        self.node(index)?;
-        for link in self
-            .links
-            .iter()
-            .filter(|l| l.from == index || l.to == index)
-        {
-            link.proxy.blackhole();
+        self.check(index)?;
+        match &self.servers {
+            Servers::Process { links, .. } => {
+                for link in links.iter().filter(|l| l.from == index || l.to == index) {
+                    link.proxy.blackhole();
+                }
+            }
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => {
+                let pairs: Vec<(usize, usize)> = (0..self.len())
+                    .filter(|j| *j != index)
+                    .flat_map(|j| [(index, j), (j, index)])
+                    .collect();
+                d.cut(&pairs)?;
+            }
         }
         tracing::debug!(server = index, "isolated from its peers");
         Ok(())
@@ -505,7 +594,7 @@ impl TestingCluster {
     /// [`HarnessError::InvalidArgument`] when a server is in both groups.
     pub fn partition(&self, side_a: &[usize], side_b: &[usize]) -> Result<()> {
         for i in side_a.iter().chain(side_b) {
-            self.node(*i)?;
+            self.check(*i)?;
         }
         if let Some(both) = side_a.iter().find(|i| side_b.contains(i)) {
             return Err(HarnessError::InvalidArgument {
@@ -513,10 +602,22 @@ impl TestingCluster {
                 reason: format!("server {both} is on both sides"),
             });
         }
-        for a in side_a {
-            for b in side_b {
-                self.link(*a, *b)?.blackhole();
-                self.link(*b, *a)?.blackhole();
+        match &self.servers {
+            Servers::Process { links, .. } => {
+                for a in side_a {
+                    for b in side_b {
+                        self.link(links, *a, *b)?.blackhole();
+                        self.link(links, *b, *a)?.blackhole();
+                    }
+                }
+            }
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => {
+                let pairs: Vec<(usize, usize)> = side_a
+                    .iter()
+                    .flat_map(|a| side_b.iter().flat_map(move |b| [(*a, *b), (*b, *a)]))
+                    .collect();
+                d.cut(&pairs)?;
             }
         }
         tracing::debug!(?side_a, ?side_b, "partitioned");
@@ -532,17 +633,38 @@ impl TestingCluster {
     /// [`HarnessError::NoSuchServer`] for an index out of range;
     /// [`HarnessError::InvalidArgument`] when `from == to`.
     pub fn cut_one_way(&self, from: usize, to: usize) -> Result<()> {
-        // On the link from -> to, `from` is the proxy's client; on to -> from, its server.
-        self.link(from, to)?.blackhole_requests();
-        self.link(to, from)?.blackhole_replies();
+        match &self.servers {
+            Servers::Process { links, .. } => {
+                // On the link from -> to, `from` is the proxy's client; on to -> from, its server.
+                self.link(links, from, to)?.blackhole_requests();
+                self.link(links, to, from)?.blackhole_replies();
+            }
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => {
+                self.pair(from, to)?;
+                d.cut(&[(from, to)])?;
+            }
+        }
         tracing::debug!(from, to, "cut one way");
         Ok(())
     }
 
     /// Restores every link between servers; bytes held back by a cut flow again.
+    ///
+    /// On the docker backend, a failure to rewrite a container's rules is logged (`warn`).
     pub fn heal(&self) {
-        for link in &self.links {
-            link.proxy.heal();
+        match &self.servers {
+            Servers::Process { links, .. } => {
+                for link in links {
+                    link.proxy.heal();
+                }
+            }
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => {
+                if let Err(error) = d.heal() {
+                    tracing::warn!(%error, "healing the peer links failed");
+                }
+            }
         }
         tracing::debug!("every peer link healed");
     }
@@ -556,7 +678,14 @@ impl TestingCluster {
     /// [`HarnessError::NoSuchServer`] for an index out of range;
     /// [`HarnessError::InvalidArgument`] when `from == to`.
     pub fn peer_connections(&self, from: usize, to: usize) -> Result<usize> {
-        Ok(self.link(from, to)?.connection_count())
+        match &self.servers {
+            Servers::Process { links, .. } => Ok(self.link(links, from, to)?.connection_count()),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => {
+                self.pair(from, to)?;
+                d.peer_connections(from, to)
+            }
+        }
     }
 
     /// Every server's client address, comma-joined: the connect string for clients.
@@ -566,12 +695,12 @@ impl TestingCluster {
 
     /// How many servers the ensemble has.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.addresses.len()
     }
 
     /// Whether the ensemble has no servers (never true: a cluster has at least one).
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.addresses.is_empty()
     }
 
     /// Server `index`'s client address alone, `127.0.0.1:PORT`.
@@ -580,7 +709,8 @@ impl TestingCluster {
     ///
     /// [`HarnessError::NoSuchServer`] for an index out of range.
     pub fn server_connect_string(&self, index: usize) -> Result<&str> {
-        Ok(self.node(index)?.connect_string())
+        self.check(index)?;
+        Ok(self.addresses[index].as_str())
     }
 
     /// Server `index`'s JVM pid while it runs.
@@ -589,7 +719,11 @@ impl TestingCluster {
     ///
     /// [`HarnessError::NoSuchServer`] for an index out of range.
     pub fn server_pid(&self, index: usize) -> Result<Option<u32>> {
-        Ok(self.node(index)?.pid())
+        match &self.servers {
+            Servers::Process { nodes, .. } => Ok(node(nodes, index)?.pid()),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.pid(index),
+        }
     }
 
     /// Whether server `index`'s process runs (a paused one runs).
@@ -598,7 +732,11 @@ impl TestingCluster {
     ///
     /// [`HarnessError::NoSuchServer`] for an index out of range.
     pub fn is_running(&self, index: usize) -> Result<bool> {
-        Ok(self.node(index)?.is_running())
+        match &self.servers {
+            Servers::Process { nodes, .. } => Ok(node(nodes, index)?.is_running()),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.is_running(index),
+        }
     }
 
     /// Kills server `index` with `SIGKILL` and waits until it has exited.
@@ -612,7 +750,11 @@ impl TestingCluster {
     /// Dropping the future while it waits for another start, stop or restart of this server to
     /// finish does nothing; once it has taken the process, dropping it still kills the server.
     pub async fn kill_server(&self, index: usize) -> Result<()> {
-        self.node(index)?.kill().await
+        match &self.servers {
+            Servers::Process { nodes, .. } => node(nodes, index)?.kill().await,
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.kill(index).await,
+        }
     }
 
     /// Stops server `index` gracefully (`SIGTERM`, `SIGKILL` after 10 s).
@@ -627,7 +769,11 @@ impl TestingCluster {
     /// finish does nothing; once it has taken the process, dropping it `SIGKILL`s the server, so
     /// it ends stopped either way.
     pub async fn stop_server(&self, index: usize) -> Result<()> {
-        self.node(index)?.stop().await
+        match &self.servers {
+            Servers::Process { nodes, .. } => node(nodes, index)?.stop().await,
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.stop(index).await,
+        }
     }
 
     /// Starts server `index` again with the same ports and data (stopping it first if it runs)
@@ -643,10 +789,14 @@ impl TestingCluster {
     ///
     /// Dropping the future leaves the server stopped or starting (never two JVMs).
     pub async fn restart_server(&self, index: usize) -> Result<()> {
-        self.node(index)?
-            .restart(self.start_timeout, is_member)
-            .await
-            .map(drop)
+        match &self.servers {
+            Servers::Process { nodes, .. } => node(nodes, index)?
+                .restart(self.start_timeout, is_member)
+                .await
+                .map(drop),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.restart(index, self.start_timeout, is_member).await,
+        }
     }
 
     /// Freezes server `index` with `SIGSTOP`.
@@ -655,7 +805,11 @@ impl TestingCluster {
     ///
     /// [`HarnessError::NoSuchServer`]; [`HarnessError::NotRunning`] when it is stopped.
     pub fn pause_server(&self, index: usize) -> Result<()> {
-        self.node(index)?.signal(Signal::SIGSTOP)
+        match &self.servers {
+            Servers::Process { nodes, .. } => node(nodes, index)?.signal(Signal::SIGSTOP),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.pause(index),
+        }
     }
 
     /// Unfreezes server `index` with `SIGCONT`.
@@ -664,7 +818,11 @@ impl TestingCluster {
     ///
     /// [`HarnessError::NoSuchServer`]; [`HarnessError::NotRunning`] when it is stopped.
     pub fn resume_server(&self, index: usize) -> Result<()> {
-        self.node(index)?.signal(Signal::SIGCONT)
+        match &self.servers {
+            Servers::Process { nodes, .. } => node(nodes, index)?.signal(Signal::SIGCONT),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.resume(index),
+        }
     }
 
     /// Server `index`'s mode from `srvr`.
@@ -692,8 +850,7 @@ impl TestingCluster {
     ///
     /// Cancel safe.
     pub async fn four_letter_word(&self, index: usize, cmd: &str) -> Result<String> {
-        let node = self.node(index)?;
-        process::four_letter_word(node.connect_string(), cmd, FLW_TIMEOUT).await
+        process::four_letter_word(self.server_connect_string(index)?, cmd, FLW_TIMEOUT).await
     }
 
     /// The index of the server whose `srvr` says `Mode: leader`, if any answers so now.
@@ -709,7 +866,7 @@ impl TestingCluster {
     ///
     /// Cancel safe.
     pub async fn leader_index(&self) -> Result<Option<usize>> {
-        Ok(modes(&self.nodes)
+        Ok(modes(&self.addresses)
             .await
             .iter()
             .position(|m| *m == Some(ServerMode::Leader)))
@@ -739,4 +896,11 @@ impl TestingCluster {
             tokio::time::sleep(POLL).await;
         }
     }
+}
+
+fn node(nodes: &[ServerNode], index: usize) -> Result<&ServerNode> {
+    nodes.get(index).ok_or(HarnessError::NoSuchServer {
+        index,
+        len: nodes.len(),
+    })
 }

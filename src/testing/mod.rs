@@ -17,9 +17,13 @@
 //! are discarded (slf4j-nop) unless `ZKR_TEST_ZK_LOG=1` selects slf4j-simple, when they go to the
 //! `zookeeper.log` file in the server's directory ([`TestingServer::log_path`]).
 //!
-//! `ZKR_TEST_BACKEND=docker` makes [`TestingServer`] run the `zookeeper:3.9` image through
-//! testcontainers instead (crate feature `docker`); [`TestingCluster`] always runs local
-//! processes.
+//! `ZKR_TEST_BACKEND=docker` makes [`TestingServer`] and [`TestingCluster`] run containers of
+//! the image `ZKR_ZOOKEEPER_IMAGE` (default `zookeeper:3.9`) through testcontainers instead
+//! (crate feature `docker`), with the same operations: stop, restart on the same port, kill
+//! (`docker kill`), pause (`docker pause`), the leader's identity, and the partitions between a
+//! cluster's servers (iptables rules in the containers' network namespaces on a private
+//! network; root on the host). With no `ZKR_TEST_BACKEND`, [`backend`] picks: a local
+//! ZooKeeper, else Docker, else Debian's packages installed by [`provision`].
 //!
 //! # Nothing leaks
 //!
@@ -97,6 +101,7 @@ mod docker;
 mod expire;
 pub mod history;
 mod process;
+pub mod provision;
 mod proxy;
 mod server;
 
@@ -119,7 +124,7 @@ pub use server::{TestingServer, TestingServerBuilder};
 pub enum HarnessError {
     /// The ZooKeeper jars were not found.
     #[error(
-        "ZooKeeper not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y zookeeper`, or set ZOOKEEPER_HOME to an Apache ZooKeeper 3.8+ installation"
+        "ZooKeeper not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y zookeeper`, or set ZOOKEEPER_HOME to an Apache ZooKeeper 3.8+ installation, or start a Docker engine that has or can pull the image ZKR_ZOOKEEPER_IMAGE (default zookeeper:3.9; docker/zookeeper/build.sh builds one from Debian's packages)"
     )]
     ZooKeeperNotFound {
         /// Where the jars were looked for, and which were missing.
@@ -128,7 +133,7 @@ pub enum HarnessError {
 
     /// No `java` executable was found.
     #[error(
-        "Java not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y default-jre-headless`, or set JAVA_HOME to a Java 11+ installation"
+        "Java not found (looked in {searched}): on Debian/Ubuntu run `sudo apt-get install -y default-jre-headless zookeeper`, or set JAVA_HOME to a Java 11+ installation, or start a Docker engine that has or can pull the image ZKR_ZOOKEEPER_IMAGE (default zookeeper:3.9; docker/zookeeper/build.sh builds one from Debian's packages)"
     )]
     JavaNotFound {
         /// Where `java` was looked for.
@@ -207,7 +212,9 @@ pub enum HarnessError {
     DockerFeatureMissing,
 
     /// `ZKR_TEST_BACKEND` has a value the harness does not know.
-    #[error("unknown ZKR_TEST_BACKEND {0:?}: use `process` (the default) or `docker`")]
+    #[error(
+        "unknown ZKR_TEST_BACKEND {0:?}: use `process`, `docker`, or nothing (the harness picks)"
+    )]
     UnknownBackend(String),
 
     /// A ZooKeeper client operation of the harness failed.
@@ -236,9 +243,8 @@ impl HarnessError {
 /// The harness's result type.
 pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 
-/// Checks cheaply (no process is started) that Java and the ZooKeeper jars can be found.
-///
-/// With `ZKR_TEST_BACKEND=docker` it checks only that the crate was built with feature `docker`.
+/// Checks that the harness has a backend: see [`backend`] (which may install Debian's
+/// packages, once, when nothing else is there).
 ///
 /// # Errors
 ///
@@ -246,10 +252,7 @@ pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 /// to install them; [`HarnessError::DockerFeatureMissing`] or [`HarnessError::UnknownBackend`]
 /// for a bad `ZKR_TEST_BACKEND`.
 pub fn zookeeper_available() -> Result<()> {
-    match Backend::from_env()? {
-        Backend::Process => Installation::discover().map(drop),
-        Backend::Docker => Ok(()),
-    }
+    backend().map(drop)
 }
 
 /// Decides whether a test that needs ZooKeeper runs: `Ok(true)` to run, `Ok(false)` to skip.
@@ -306,27 +309,125 @@ fn is_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
-/// Which way servers are run, from `ZKR_TEST_BACKEND`.
+/// Which way the harness runs ZooKeeper servers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
+#[non_exhaustive]
+pub enum Backend {
+    /// Local JVMs started from the jars of `ZOOKEEPER_HOME` or Debian's package.
     Process,
+    /// Containers of the image `ZKR_ZOOKEEPER_IMAGE` (default `zookeeper:3.9`), crate feature
+    /// `docker`.
     Docker,
 }
 
-impl Backend {
-    pub(crate) fn from_env() -> Result<Backend> {
-        match std::env::var("ZKR_TEST_BACKEND") {
-            Err(_) => Ok(Backend::Process),
-            Ok(v) if v.is_empty() || v.eq_ignore_ascii_case("process") => Ok(Backend::Process),
-            Ok(v) if v.eq_ignore_ascii_case("docker") => {
-                if cfg!(feature = "docker") {
-                    Ok(Backend::Docker)
-                } else {
-                    Err(HarnessError::DockerFeatureMissing)
-                }
-            }
-            Ok(v) => Err(HarnessError::UnknownBackend(v)),
+/// The backend the harness uses, decided once per process.
+///
+/// `ZKR_TEST_BACKEND=process` or `docker` chooses. When it is not set, the harness takes, in
+/// order: a local ZooKeeper if it finds one (`ZOOKEEPER_HOME`, or Debian's package in
+/// `/usr/share/java`) with Java; else Docker (feature `docker`) if an engine answers and the
+/// image `ZKR_ZOOKEEPER_IMAGE` is there or can be pulled; else it installs Debian's packages
+/// when it may ([`provision`]: Debian/Ubuntu, root or password-less sudo, no
+/// `ZKR_NO_INSTALL=1`) and runs local processes. It prints the choice to stderr when it is not
+/// the first one.
+///
+/// # Errors
+///
+/// When nothing works, the local installation's error ([`HarnessError::ZooKeeperNotFound`] or
+/// [`HarnessError::JavaNotFound`]), whose message names the commands; a bad
+/// `ZKR_TEST_BACKEND` ([`HarnessError::UnknownBackend`], [`HarnessError::DockerFeatureMissing`]);
+/// [`HarnessError::Io`] when an installation was tried and failed.
+pub fn backend() -> Result<Backend> {
+    match std::env::var("ZKR_TEST_BACKEND") {
+        Ok(v) if v.eq_ignore_ascii_case("process") => {
+            Installation::discover()?;
+            Ok(Backend::Process)
         }
+        Ok(v) if v.eq_ignore_ascii_case("docker") => {
+            if cfg!(feature = "docker") {
+                Ok(Backend::Docker)
+            } else {
+                Err(HarnessError::DockerFeatureMissing)
+            }
+        }
+        Ok(v) if !v.is_empty() => Err(HarnessError::UnknownBackend(v)),
+        _ => auto_backend(),
+    }
+}
+
+/// The packages a local server needs: the jars (`zookeeper` itself would pull the whole X11
+/// `default-jre` in), and a headless Java runtime.
+const ZOOKEEPER_PACKAGES: &[&str] = &["libzookeeper-java", "default-jre-headless"];
+
+fn auto_backend() -> Result<Backend> {
+    // Decided once per process, under a lock so that concurrent tests do not each probe Docker
+    // or print the choice: `Some(None)` records that nothing worked (the local installation's
+    // error is then returned again, cheaply, without another `docker pull` or install).
+    static CHOICE: std::sync::Mutex<Option<Option<Backend>>> = std::sync::Mutex::new(None);
+    let mut decided = process::lock(&CHOICE);
+    match *decided {
+        Some(Some(backend)) => return Ok(backend),
+        Some(None) => return Installation::discover().map(|_| Backend::Process),
+        None => {}
+    }
+    let local = match Installation::discover() {
+        Ok(_) => {
+            *decided = Some(Some(Backend::Process));
+            return Ok(Backend::Process);
+        }
+        Err(local) => local,
+    };
+    if docker_ready() {
+        eprintln!(
+            "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
+            docker_image()
+        );
+        *decided = Some(Some(Backend::Docker));
+        return Ok(Backend::Docker);
+    }
+    let installed = provision::install_debian_packages(
+        ZOOKEEPER_PACKAGES,
+        &format!(
+            "the tests need a ZooKeeper server and none was found (no local installation: {local}; no Docker engine with the image {})",
+            docker_image()
+        ),
+        || Installation::discover().err().map(|e| e.to_string()),
+    );
+    match installed {
+        Ok(true) => {
+            *decided = Some(Some(Backend::Process));
+            Ok(Backend::Process)
+        }
+        Ok(false) => {
+            *decided = Some(None);
+            Err(local)
+        }
+        Err(e) => {
+            *decided = Some(None);
+            Err(e)
+        }
+    }
+}
+
+fn docker_image() -> String {
+    #[cfg(feature = "docker")]
+    {
+        docker::image_reference()
+    }
+    #[cfg(not(feature = "docker"))]
+    {
+        "(none: the crate feature `docker` is off)".to_owned()
+    }
+}
+
+/// Whether a Docker engine answers and has (or can pull) the image.
+fn docker_ready() -> bool {
+    #[cfg(feature = "docker")]
+    {
+        docker::image_available()
+    }
+    #[cfg(not(feature = "docker"))]
+    {
+        false
     }
 }
 

@@ -71,7 +71,7 @@ impl TestingServerBuilder {
     /// Dropping the future kills a half-started server and removes its directory.
     pub async fn start(self) -> Result<TestingServer> {
         self.settings.validate()?;
-        let inner = match Backend::from_env()? {
+        let inner = match super::backend()? {
             Backend::Process => start_process(&self.settings).await?,
             #[cfg(feature = "docker")]
             Backend::Docker => {
@@ -260,12 +260,13 @@ impl TestingServer {
         }
     }
 
-    /// The JVM's pid while it runs (`None` when stopped, killed, or on the docker backend).
+    /// The JVM's pid while it runs (`None` when stopped or killed). On the docker backend,
+    /// the host pid of the container's main process, which is the JVM.
     pub fn pid(&self) -> Option<u32> {
         match &self.inner {
             Inner::Process { node, .. } => node.pid(),
             #[cfg(feature = "docker")]
-            Inner::Docker(_) => None,
+            Inner::Docker(d) => d.pid(),
         }
     }
 
@@ -344,25 +345,24 @@ impl TestingServer {
         }
     }
 
-    /// Freezes the server with `SIGSTOP`: connections stay open but nothing is answered, as
-    /// with a long GC pause or a hung machine. Clients see their requests hang, then (after
-    /// their connection timeout) a disconnect; sessions are not expired by a frozen server.
+    /// Freezes the server with `SIGSTOP` (on the docker backend, `docker pause`: the whole
+    /// container freezes): connections stay open but nothing is answered, as with a long GC
+    /// pause or a hung machine. Clients see their requests hang, then (after their connection
+    /// timeout) a disconnect; sessions are not expired by a frozen server.
     ///
     /// # Errors
     ///
-    /// [`HarnessError::NotRunning`] when stopped; [`HarnessError::Unsupported`] on the docker
-    /// backend (its pause is asynchronous).
+    /// [`HarnessError::NotRunning`] when stopped; [`HarnessError::Io`] if `docker pause`
+    /// fails.
     pub fn pause(&self) -> Result<()> {
         match &self.inner {
             Inner::Process { node, .. } => node.signal(Signal::SIGSTOP),
             #[cfg(feature = "docker")]
-            Inner::Docker(_) => Err(HarnessError::Unsupported(
-                "pause() on the docker backend (testcontainers' pause is async)",
-            )),
+            Inner::Docker(d) => d.pause(),
         }
     }
 
-    /// Unfreezes a paused server with `SIGCONT`.
+    /// Unfreezes a paused server with `SIGCONT` (`docker unpause` on the docker backend).
     ///
     /// # Errors
     ///
@@ -371,9 +371,7 @@ impl TestingServer {
         match &self.inner {
             Inner::Process { node, .. } => node.signal(Signal::SIGCONT),
             #[cfg(feature = "docker")]
-            Inner::Docker(_) => Err(HarnessError::Unsupported(
-                "resume() on the docker backend (testcontainers' unpause is async)",
-            )),
+            Inner::Docker(d) => d.resume(),
         }
     }
 

@@ -68,9 +68,26 @@ fn find_tool(tool: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Checks for `java`, `javac` and the Curator jars; the error says what is missing and how to
-/// install it.
+/// Checks for `java`, `javac` and the Curator jars, installing Debian's packages once when
+/// they are missing and the harness may (see `zookeeper_recipes::testing::provision`); the
+/// error says what is missing and how to install it.
 pub fn java_available() -> Result<(), String> {
+    static INSTALLED: OnceLock<Result<bool, String>> = OnceLock::new();
+    let installed = INSTALLED.get_or_init(|| {
+        zookeeper_recipes::testing::provision::install_debian_packages(
+            &["libcurator-recipes-java", "default-jdk-headless"],
+            "the Curator interop tests need a JDK and Apache Curator's jars, and they are missing",
+            || java_missing().err(),
+        )
+        .map_err(|e| e.to_string())
+    });
+    if let Err(e) = installed {
+        return Err(format!("installing the JDK and Curator failed: {e}"));
+    }
+    java_missing()
+}
+
+fn java_missing() -> Result<(), String> {
     let mut missing: Vec<String> = ["java", "javac"]
         .into_iter()
         .filter(|t| find_tool(t).is_none())

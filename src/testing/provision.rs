@@ -1,0 +1,159 @@
+//! Installing what the tests need from Debian's packages, when nothing else provides it.
+//!
+//! The README's two commands (`cargo run --example demo`, `cargo test`) are meant to work on a
+//! fresh Debian or Ubuntu machine. When the harness finds no local ZooKeeper and no Docker
+//! engine with a ZooKeeper image, it installs Debian's packages itself, provided that
+//!
+//! - the machine is Debian-like (`/etc/debian_version` and `apt-get`),
+//! - it runs as root, or `sudo -n` works (password-less sudo), and
+//! - `ZKR_NO_INSTALL` is not set to `1` (or `true`).
+//!
+//! It prints exactly what it runs and why to stderr, once: the installation holds an exclusive
+//! lock on `/tmp/zookeeper-recipes-install.lock`, so test binaries running at the same time wait
+//! for the first one, then find the packages there and install nothing. Anywhere else it does
+//! nothing and the caller reports the error that names the commands.
+
+use std::os::fd::AsFd as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use super::{HarnessError, Result};
+
+const LOCK_PATH: &str = "/tmp/zookeeper-recipes-install.lock";
+
+/// Whether installing is allowed here, and with which prefix (`sudo -n` or nothing).
+fn installer() -> Option<Vec<&'static str>> {
+    if std::env::var("ZKR_NO_INSTALL").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    if !Path::new("/etc/debian_version").exists() || !on_path("apt-get") {
+        return None;
+    }
+    if is_root() {
+        return Some(Vec::new());
+    }
+    let sudo_ok = on_path("sudo")
+        && Command::new("sudo")
+            .args(["-n", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    sudo_ok.then(|| vec!["sudo", "-n"])
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+/// The effective uid from `/proc/self/status` (`Uid: real effective ...`).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            == Some("0")
+    })
+}
+
+/// Installs Debian `packages` when `missing()` says what is missing (`Some(what)`) and
+/// installing is allowed here (see the module doc), and says so on stderr with `why`.
+///
+/// Returns `Ok(true)` when nothing is missing afterwards (installed now, or by a concurrent
+/// test binary while this one waited for the lock), `Ok(false)` when installing is not allowed
+/// here (the caller then reports its own error).
+///
+/// # Errors
+///
+/// [`HarnessError::Io`] when the lock cannot be taken, `apt-get` fails (its output is on
+/// stderr), or something is still missing after the installation (the error says what).
+pub fn install_debian_packages(
+    packages: &[&str],
+    why: &str,
+    missing: impl Fn() -> Option<String>,
+) -> Result<bool> {
+    if missing().is_none() {
+        return Ok(true);
+    }
+    let Some(prefix) = installer() else {
+        return Ok(false);
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_PATH)
+        .map_err(HarnessError::io(format!("opening {LOCK_PATH}")))?;
+    let _lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| HarnessError::Io {
+        context: format!("locking {LOCK_PATH}"),
+        source: e.into(),
+    })?;
+    // Another test binary may have installed them while this one waited.
+    if missing().is_none() {
+        return Ok(true);
+    }
+    let update: Vec<&str> = prefix
+        .iter()
+        .copied()
+        .chain(["apt-get", "update"])
+        .collect();
+    let install: Vec<&str> = prefix
+        .iter()
+        .copied()
+        .chain([
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "--no-install-recommends",
+        ])
+        .chain(packages.iter().copied())
+        .collect();
+    eprintln!(
+        "zookeeper-recipes test harness: {why}.\n  Installing Debian's packages {} (set ZKR_NO_INSTALL=1 to turn this off); running:\n    {}\n    {}",
+        packages.join(" "),
+        update.join(" "),
+        install.join(" ")
+    );
+    for command in [&update, &install] {
+        let Some((program, args)) = command.split_first() else {
+            continue;
+        };
+        let started = std::time::Instant::now();
+        let status = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            // Its output goes to stderr, which cargo test shows for a failing test only.
+            .stdout(Stdio::from(
+                std::io::stderr()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(HarnessError::io("duplicating stderr"))?,
+            ))
+            .status()
+            .map_err(HarnessError::io(format!("running {}", command.join(" "))))?;
+        if !status.success() {
+            return Err(HarnessError::Io {
+                context: format!("running {}", command.join(" ")),
+                source: std::io::Error::other(status.to_string()),
+            });
+        }
+        eprintln!(
+            "  done in {:.1} s: {}",
+            started.elapsed().as_secs_f64(),
+            command.join(" ")
+        );
+    }
+    match missing() {
+        None => Ok(true),
+        Some(what) => Err(HarnessError::Io {
+            context: format!("after installing {}", packages.join(" ")),
+            source: std::io::Error::other(format!("still missing: {what}")),
+        }),
+    }
+}
