@@ -59,6 +59,64 @@ async fn until_watching(server: &TestingServer, session: &Session, paths: &[&str
     .await;
 }
 
+/// A leader `a` and its successor `b` (whose session connects to `b_connect`, a proxy or the
+/// server), settled: a leads, and b watches a's node and its own. `admin` is a third session for
+/// the test's own writes.
+struct Pair {
+    sa: Session,
+    sb: Session,
+    admin: Session,
+    a: LeaderLatch,
+    b: LeaderLatch,
+    /// b's events since it joined.
+    b_events: Recording<LatchEvent>,
+    a_node: String,
+    b_node: String,
+}
+
+impl Pair {
+    async fn start(server: &TestingServer, b_connect: &str, prefix: &str) -> Pair {
+        let sa = session(server.connect_string(), TIMEOUT).await;
+        let sb = session(b_connect, TIMEOUT).await;
+        let admin = session(server.connect_string(), TIMEOUT).await;
+        let path = testing::unique_path(prefix);
+        let a = latch(&sa, &path, "a").await;
+        within(BOUND, "a to lead", a.await_leadership())
+            .await
+            .unwrap();
+        let b = latch(&sb, &path, "b").await;
+        let b_events = Recording::of(b.events());
+        let (a_node, b_node) = (a.our_path().unwrap(), b.our_path().unwrap());
+        until_watching(
+            server,
+            &sb,
+            &[&a_node, &b_node],
+            "b to watch a's node and its own",
+        )
+        .await;
+        Pair {
+            sa,
+            sb,
+            admin,
+            a,
+            b,
+            b_events,
+            a_node,
+            b_node,
+        }
+    }
+
+    /// Closes both latches, then the sessions.
+    async fn close(self) {
+        for l in [self.a, self.b] {
+            l.close().await.unwrap();
+        }
+        for s in [self.admin, self.sb, self.sa] {
+            s.close().await.unwrap();
+        }
+    }
+}
+
 /// The sequence number at the end of a node's name (`_c_<uuid>-latch-0000000012`).
 fn sequence(node: &str) -> u64 {
     node.rsplit('-').next().unwrap().parse().unwrap()
@@ -83,38 +141,21 @@ async fn a_latch_whose_requests_are_held_back_still_takes_over_on_the_leaders_de
     }
     let server = shared_server().await;
     let proxy = proxy_to(server).await;
-    let sa = session(server.connect_string(), TIMEOUT).await;
-    let sb = session(&proxy.connect_string(), TIMEOUT).await;
-    let path = testing::unique_path("handover-no-request");
-    let a = latch(&sa, &path, "a").await;
-    within(BOUND, "a to lead", a.await_leadership())
-        .await
-        .unwrap();
-    let b = latch(&sb, &path, "b").await;
-    let (a_node, b_node) = (a.our_path().unwrap(), b.our_path().unwrap());
-    until_watching(
-        server,
-        &sb,
-        &[&a_node, &b_node],
-        "b to watch a's node and its own",
-    )
-    .await;
+    let pair = Pair::start(server, &proxy.connect_string(), "handover-no-request").await;
 
     // Nothing b sends reaches the server from here on; events still reach b.
     proxy.blackhole_requests();
-    a.close().await.unwrap();
+    pair.a.close().await.unwrap();
     let term = within(
         BOUND,
         "b to lead with its requests held back",
-        b.await_leadership(),
+        pair.b.await_leadership(),
     )
     .await
     .unwrap();
-    assert_eq!(term.path(), b_node);
+    assert_eq!(term.path(), pair.b_node);
     proxy.heal();
-    b.close().await.unwrap();
-    sb.close().await.unwrap();
-    sa.close().await.unwrap();
+    pair.close().await;
 }
 
 #[tokio::test]
@@ -179,50 +220,39 @@ async fn after_a_reconnect_the_successor_lists_before_it_claims() {
     }
     let server = shared_server().await;
     let proxy = proxy_to(server).await;
-    let sa = session(server.connect_string(), TIMEOUT).await;
-    let sb = session(&proxy.connect_string(), TIMEOUT).await;
-    let admin = session(server.connect_string(), TIMEOUT).await;
-    let path = testing::unique_path("handover-replay");
-    let a = latch(&sa, &path, "a").await;
-    within(BOUND, "a to lead", a.await_leadership())
-        .await
-        .unwrap();
-    let b = latch(&sb, &path, "b").await;
-    let events = Recording::of(b.events());
-    let (a_node, b_node) = (a.our_path().unwrap(), b.our_path().unwrap());
-    until_watching(
-        server,
-        &sb,
-        &[&a_node, &b_node],
-        "b to watch a's node and its own",
-    )
-    .await;
+    let pair = Pair::start(server, &proxy.connect_string(), "handover-replay").await;
 
     // While b is cut off (its session lives on), its node goes first, then a's. When b
     // reconnects, the server replays both deletions in the order of b's re-registered watches,
     // not in zxid order: the predecessor's may come first.
     proxy.cut();
-    admin.client().unwrap().delete(&b_node, None).await.unwrap();
-    a.close().await.unwrap();
-    proxy.heal();
-
-    let term = within(BOUND, "b to lead with a new node", b.await_leadership())
+    pair.admin
+        .client()
+        .unwrap()
+        .delete(&pair.b_node, None)
         .await
         .unwrap();
+    pair.a.close().await.unwrap();
+    proxy.heal();
+
+    let term = within(
+        BOUND,
+        "b to lead with a new node",
+        pair.b.await_leadership(),
+    )
+    .await
+    .unwrap();
     assert_ne!(
         term.path(),
-        b_node,
+        pair.b_node,
         "b led with the node that was deleted while it was away"
     );
     assert_eq!(
-        term_paths(&events),
+        term_paths(&pair.b_events),
         vec![term.path().to_owned()],
         "b had a term before the one on its new node"
     );
-    b.close().await.unwrap();
-    for s in [admin, sb, sa] {
-        s.close().await.unwrap();
-    }
+    pair.close().await;
 }
 
 #[tokio::test]
@@ -305,48 +335,35 @@ async fn a_rewrite_of_the_leaders_node_does_not_elect_its_successor() {
         return;
     }
     let server = shared_server().await;
-    let (sa, sb) = (
-        session(server.connect_string(), TIMEOUT).await,
-        session(server.connect_string(), TIMEOUT).await,
-    );
-    let admin = session(server.connect_string(), TIMEOUT).await;
-    let path = testing::unique_path("handover-rewrite");
-    let a = latch(&sa, &path, "a").await;
-    within(BOUND, "a to lead", a.await_leadership())
-        .await
-        .unwrap();
-    let b = latch(&sb, &path, "b").await;
-    let events = Recording::of(b.events());
-    let (a_node, b_node) = (a.our_path().unwrap(), b.our_path().unwrap());
-    until_watching(server, &sb, &[&a_node, &b_node], "b to watch a and itself").await;
+    let pair = Pair::start(server, server.connect_string(), "handover-rewrite").await;
 
     // The write fires b's watch on a's node (the server drops it as it fires): b is watching a's
     // node again only once it has looked and found a still there.
-    admin
+    pair.admin
         .client()
         .unwrap()
-        .set_data(&a_node, b"rewritten", None)
+        .set_data(&pair.a_node, b"rewritten", None)
         .await
         .unwrap();
     until_watching(
         server,
-        &sb,
-        &[&a_node, &b_node],
+        &pair.sb,
+        &[&pair.a_node, &pair.b_node],
         "b to watch a's node again",
     )
     .await;
-    assert!(a.has_leadership(), "a lost its term to a rewrite");
-    assert!(term_paths(&events).is_empty(), "b led while a's node lived");
+    assert!(pair.a.has_leadership(), "a lost its term to a rewrite");
+    assert!(
+        term_paths(&pair.b_events).is_empty(),
+        "b led while a's node lived"
+    );
 
-    a.close().await.unwrap();
-    let term = within(BOUND, "b to lead once a left", b.await_leadership())
+    pair.a.close().await.unwrap();
+    let term = within(BOUND, "b to lead once a left", pair.b.await_leadership())
         .await
         .unwrap();
-    assert_eq!(term.path(), b_node);
-    b.close().await.unwrap();
-    for s in [admin, sb, sa] {
-        s.close().await.unwrap();
-    }
+    assert_eq!(term.path(), pair.b_node);
+    pair.close().await;
 }
 
 #[tokio::test]
@@ -355,41 +372,24 @@ async fn a_waiter_whose_node_is_rewritten_as_the_leader_leaves_leads_once_on_its
         return;
     }
     let server = shared_server().await;
-    let (sa, sb) = (
-        session(server.connect_string(), TIMEOUT).await,
-        session(server.connect_string(), TIMEOUT).await,
-    );
-    let admin = session(server.connect_string(), TIMEOUT).await;
-    let path = testing::unique_path("handover-own-rewrite");
-    let a = latch(&sa, &path, "a").await;
-    within(BOUND, "a to lead", a.await_leadership())
-        .await
-        .unwrap();
-    let b = latch(&sb, &path, "b").await;
-    let events = Recording::of(b.events());
-    let (a_node, b_node) = (a.our_path().unwrap(), b.our_path().unwrap());
-    until_watching(server, &sb, &[&a_node, &b_node], "b to watch a and itself").await;
+    let pair = Pair::start(server, server.connect_string(), "handover-own-rewrite").await;
 
     // b's own watch fires first and is set again; the predecessor's deletion may arrive while
     // that check is in flight, when the event alone does not prove b's node alive.
     {
-        let raw = admin.client().unwrap();
+        // A client handle kept alive would hold the admin session open past its close.
+        let raw = pair.admin.client().unwrap();
         let mut both = raw.new_multi_writer();
-        both.add_set_data(&b_node, b"rewritten", None).unwrap();
-        both.add_delete(&a_node, None).unwrap();
+        both.add_set_data(&pair.b_node, b"rewritten", None).unwrap();
+        both.add_delete(&pair.a_node, None).unwrap();
         both.commit().await.unwrap();
     }
 
-    let term = within(BOUND, "b to lead", b.await_leadership())
+    let term = within(BOUND, "b to lead", pair.b.await_leadership())
         .await
         .unwrap();
-    assert_eq!(term.path(), b_node);
-    assert_eq!(term_paths(&events), vec![b_node.clone()]);
-    assert!(b.has_leadership());
-    for l in [a, b] {
-        l.close().await.unwrap();
-    }
-    for s in [admin, sb, sa] {
-        s.close().await.unwrap();
-    }
+    assert_eq!(term.path(), pair.b_node);
+    assert_eq!(term_paths(&pair.b_events), vec![pair.b_node.clone()]);
+    assert!(pair.b.has_leadership());
+    pair.close().await;
 }
