@@ -79,7 +79,9 @@ pub(crate) fn image_available() -> bool {
     if docker_cli(&["image", "inspect", "--format", "{{.Id}}", &image]).is_ok() {
         return true;
     }
-    eprintln!("zookeeper-recipes test harness: pulling {image}");
+    super::provision::say(format_args!(
+        "zookeeper-recipes test harness: pulling {image}"
+    ));
     let Ok(mut child) = Command::new("docker")
         .args(["pull", "--quiet", &image])
         .stdin(Stdio::null())

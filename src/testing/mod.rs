@@ -377,10 +377,10 @@ fn auto_backend() -> Result<Backend> {
         Err(local) => local,
     };
     if docker_ready() {
-        eprintln!(
+        provision::say(format_args!(
             "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
             docker_image()
-        );
+        ));
         *decided = Some(Some(Backend::Docker));
         return Ok(Backend::Docker);
     }

@@ -114,12 +114,12 @@ pub fn install_debian_packages(
         ])
         .chain(packages.iter().copied())
         .collect();
-    eprintln!(
+    say(format_args!(
         "zookeeper-recipes test harness: {why}.\n  Installing Debian's packages {} (set ZKR_NO_INSTALL=1 to turn this off); running:\n    {}\n    {}",
         packages.join(" "),
         update.join(" "),
         install.join(" ")
-    );
+    ));
     for command in [&update, &install] {
         let Some((program, args)) = command.split_first() else {
             continue;
@@ -143,11 +143,11 @@ pub fn install_debian_packages(
                 source: std::io::Error::other(status.to_string()),
             });
         }
-        eprintln!(
+        say(format_args!(
             "  done in {:.1} s: {}",
             started.elapsed().as_secs_f64(),
             command.join(" ")
-        );
+        ));
     }
     match missing() {
         None => Ok(true),
@@ -156,4 +156,12 @@ pub fn install_debian_packages(
             source: std::io::Error::other(format!("still missing: {what}")),
         }),
     }
+}
+
+/// Writes a line to the process's stderr itself: `eprintln!` inside a test is captured by the
+/// test runner and shown only when the test fails, and an installation must be seen when it
+/// happens.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
