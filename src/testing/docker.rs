@@ -128,6 +128,11 @@ pub(crate) fn docker_cli(args: &[&str]) -> Result<String> {
         .stdin(Stdio::null())
         .output()
         .map_err(HarnessError::io(context.clone()))?;
+    cli_output(context, out)
+}
+
+/// A finished `docker` command's trimmed stdout, or its stderr as the error.
+fn cli_output(context: String, out: std::process::Output) -> Result<String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     } else {
@@ -148,14 +153,7 @@ async fn docker_cli_async(args: &[&str]) -> Result<String> {
         .output()
         .await
         .map_err(HarnessError::io(context.clone()))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    } else {
-        Err(HarnessError::Io {
-            context,
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
-        })
-    }
+    cli_output(context, out)
 }
 
 /// A fresh name for containers and networks: `zkr-<8 hex digits>`.
