@@ -37,6 +37,16 @@ pub enum Error {
         reason: String,
     },
 
+    /// A scheduled job's schedule was refused: a cron expression croner cannot parse or that
+    /// never comes due, a time zone that is not in the IANA database, a zero interval.
+    #[error("invalid {what}: {reason}")]
+    InvalidSchedule {
+        /// `cron expression`, `time zone` or `interval`.
+        what: &'static str,
+        /// What was wrong, with the value as given.
+        reason: String,
+    },
+
     /// The connection to ZooKeeper is down (or was lost mid-request); the session may still be
     /// alive and the operation may be retried once it is back.
     #[error("connection to ZooKeeper lost")]

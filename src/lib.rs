@@ -115,6 +115,7 @@ pub mod clock;
 pub mod contender;
 pub mod error;
 pub mod fencing;
+pub mod job;
 pub mod leader;
 pub mod lock;
 pub mod metrics;
@@ -131,6 +132,7 @@ pub use acl::NodeAcl;
 pub use contender::{Participant, leader_of, participants_on};
 pub use error::{Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken, TermEnd};
+pub use job::{ScheduledJob, ScheduledJobBuilder, SlotRun};
 pub use leader::{
     Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,
     LeaderObserver, LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector,

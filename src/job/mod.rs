@@ -1,0 +1,1833 @@
+//! [`ScheduledJob`]: a job that runs once per schedule slot on exactly one replica, across
+//! failovers, fenced.
+//!
+//! A thin policy over a [`LeaderSelector`]: the replicas stand in one election under
+//! `<job>/leader`; the leader works through the slots that come due and records each one under
+//! `<job>/slots/<slot key>` *before* it starts and *after* it ends, in multis that first check
+//! the leader's own election node ([`Leadership::fenced`]). A deposed or frozen leader can
+//! therefore neither claim, finish nor skip a slot, whatever it believes; a new leader reads,
+//! for every slot, whether it was done, started and cut off, or never started. Wall clocks
+//! decide only when a slot is due; the slot records and a compare-and-set on the job's cursor
+//! decide how many times it runs, so clock skew between replicas can delay a run but never
+//! double it.
+//!
+//! The protocol, each policy and the failure table are in `recipes/scheduled-job.md`.
+//!
+//! # Examples
+//! ```no_run
+//! use zookeeper_recipes::job::{ScheduledJob, SlotRun};
+//!
+//! # async fn demo(session: zookeeper_recipes::Session) -> zookeeper_recipes::Result<()> {
+//! let job = ScheduledJob::builder(&session, "/cron/statement-job")
+//!     .cron("0 2 * * *", "Europe/Oslo")
+//!     .id("replica-1")
+//!     .start(|run: SlotRun| async move {
+//!         // One business date per slot; every write carries the token and the slot key:
+//!         //   UPDATE statement_run SET ... WHERE slot = :slot AND fencing_token < :token
+//!         println!("{} attempt {} token {}", run.slot(), run.attempt(), run.token());
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .await?;
+//! # job.close().await?;
+//! # Ok(()) }
+//! ```
+
+mod record;
+mod schedule;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+use tracing::{Instrument, debug, info, info_span, warn};
+use zookeeper_client::CreateMode;
+
+pub use record::{SlotRange, SlotRecord, SlotState};
+pub use schedule::{Schedule, SkewedClock, SystemClock, WallClock};
+
+use crate::acl::NodeAcl;
+use crate::contender::{self, Participant};
+use crate::error::{Error, Result};
+use crate::fencing::{FencedOp, FencedResult, FencingToken, Leadership};
+use crate::leader::{BoxError, LeaderSelector, SelectorState};
+use crate::path;
+use crate::session::Session;
+use crate::state::ErrorPolicy;
+use record::{Control, JobState, trigger_key};
+
+/// The most slot records a job may keep ([`ScheduledJobBuilder::history_limit`]).
+pub const MAX_HISTORY: usize = 10_000;
+
+/// How long the loop sleeps at most before it reads the wall clock again, so that a clock
+/// stepped forward is noticed within this, and a stepped-back one does not oversleep.
+const TICK: Duration = Duration::from_secs(1);
+
+/// A wake-up later than asked by more than this means the loop was stalled (frozen process,
+/// starved runtime): the slots found due then are late and go through the catch-up policy.
+const STALL: Duration = Duration::from_secs(2);
+
+/// How many due slots one pass takes up with catch-up `all` (the rest in the next passes).
+const CATCH_UP_BATCH: u64 = 100;
+
+/// What a new leader does with slots that came due while no replica ran the job (an outage, a
+/// long failover, a stalled leader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CatchUp {
+    /// Run the newest missed slot if it is inside the catch-up window (default: one period, at
+    /// most 24 h); record the older ones as one missed range.
+    #[default]
+    Latest,
+    /// Run every missed slot, oldest first.
+    All,
+    /// Run none; record them as one missed range.
+    None,
+}
+
+/// What happens to a slot that comes due while the previous one still runs. Two slots never
+/// run at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Overlap {
+    /// Record it skipped (`overlap`).
+    #[default]
+    Skip,
+    /// Keep the first such slot (recorded `pending`) and run it when the current one ends;
+    /// skip any further one.
+    BufferOne,
+}
+
+/// What a new leader does with a slot that an earlier term started and never finished (its
+/// runner crashed, froze past its session, lost its connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnCrash {
+    /// Run it again with the new term's token and `attempt + 1` ([`SlotRun::is_recovering`]),
+    /// up to the max-attempts bound; then record it failed (`max_attempts`).
+    #[default]
+    Retry,
+    /// Record it failed (`cut_off`): at most once.
+    Fail,
+    /// Record it parked (`cut_off`) until an operator resolves it ([`JobAdmin::resolve`]).
+    Park,
+}
+
+/// How an operator resolves a parked slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resolution {
+    /// The work was done (checked by hand): record it succeeded (`resolved`).
+    Done,
+    /// Run it again: the leader takes it up with `attempt + 1`.
+    Rerun,
+}
+
+/// Something that happened to a slot, as [`ScheduledJob::events`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEvent {
+    /// This replica claimed the slot and started the job.
+    SlotStarted {
+        /// The slot key.
+        slot: String,
+        /// The term's fencing token.
+        token: FencingToken,
+        /// 1 for the first run, more for a slot cut off before.
+        attempt: u32,
+        /// The slot was cut off before (or released by an operator) and is run again.
+        recovering: bool,
+    },
+    /// A slot reached an end that is recorded: `succeeded` or `failed` after a run; `failed`
+    /// or `parked` for a cut-off slot a new leader found.
+    SlotFinished {
+        /// The slot key.
+        slot: String,
+        /// `Succeeded`, `Failed` or `Parked`.
+        outcome: SlotState,
+        /// The job's exit code, when it reported one ([`SlotRun::set_exit_code`]).
+        exit_code: Option<i32>,
+        /// Why it failed or was parked without running (`cut_off`, `max_attempts`), or the
+        /// job's error.
+        reason: Option<String>,
+    },
+    /// A slot was recorded skipped.
+    SlotSkipped {
+        /// The slot key.
+        slot: String,
+        /// `overlap` or `paused`.
+        reason: String,
+    },
+    /// A range of slots was recorded missed.
+    SlotMissed {
+        /// The first slot's key.
+        from: String,
+        /// The last slot's key.
+        to: String,
+        /// How many.
+        count: u64,
+        /// `catch_up`, `paused` or `overlap`.
+        reason: String,
+    },
+    /// The job ended after its term had ended, and the record of its end was refused (the
+    /// fenced write found the term over): the slot stays `running` for the next leader.
+    SlotAbandoned {
+        /// The slot key.
+        slot: String,
+        /// The token of the term that ran it.
+        token: FencingToken,
+        /// What refused the write.
+        reason: String,
+    },
+    /// This leader's schedule differs from the one recorded with the job.
+    ScheduleChanged {
+        /// The recorded schedule ([`Schedule::spec`]).
+        from: String,
+        /// This replica's.
+        to: String,
+    },
+}
+
+/// One run of the job: the slot, the term, the attempt.
+#[derive(Debug, Clone)]
+pub struct SlotRun {
+    slot: String,
+    nominal_ms: i64,
+    attempt: u32,
+    recovering: bool,
+    triggered: bool,
+    term: Leadership,
+    exit_code: Arc<Mutex<Option<i32>>>,
+}
+
+impl SlotRun {
+    /// The slot key: the nominal instant in UTC (`2026-12-03T02:00:00Z`), or `trigger-N`.
+    pub fn slot(&self) -> &str {
+        &self.slot
+    }
+
+    /// The slot's nominal instant (for a trigger, when it was taken up).
+    pub fn nominal(&self) -> SystemTime {
+        let ms = u64::try_from(self.nominal_ms).unwrap_or(0);
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// The nominal instant in milliseconds since the Unix epoch.
+    pub fn nominal_ms(&self) -> i64 {
+        self.nominal_ms
+    }
+
+    /// 1 for the slot's first run; more when it was cut off before.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether this run takes up a slot that an earlier run started and did not finish (or an
+    /// operator released): the job should check what that run left behind.
+    pub fn is_recovering(&self) -> bool {
+        self.recovering
+    }
+
+    /// Whether an operator asked for this run ([`JobAdmin::trigger`]) rather than the schedule.
+    pub fn is_triggered(&self) -> bool {
+        self.triggered
+    }
+
+    /// The leadership term this run belongs to: `cancelled()`, `is_valid()`, `fenced(..)`.
+    pub fn leadership(&self) -> &Leadership {
+        &self.term
+    }
+
+    /// The term's fencing token: carry it with every write, keyed by [`slot`](Self::slot).
+    pub fn token(&self) -> FencingToken {
+        self.term.token()
+    }
+
+    /// Reports an exit code to record with the slot (`zkr cron run` reports its command's).
+    pub fn set_exit_code(&self, code: i32) {
+        if let Ok(mut slot) = self.exit_code.lock() {
+            *slot = Some(code);
+        }
+    }
+}
+
+/// The work a [`ScheduledJob`] runs for each slot.
+///
+/// Implemented for every `Fn(SlotRun) -> impl Future<Output = Result<(), E>>` closure. `Ok`
+/// records the slot succeeded, `Err` failed (with the error's text). A run whose term ends should
+/// stop promptly ([`Leadership::cancelled`]): after the grace period its task is aborted.
+pub trait SlotJob: Send + Sync + 'static {
+    /// Runs one slot.
+    fn run(
+        &self,
+        run: SlotRun,
+    ) -> impl Future<Output = std::result::Result<(), BoxError>> + Send + 'static;
+}
+
+impl<F, Fut, E> SlotJob for F
+where
+    F: Fn(SlotRun) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    fn run(
+        &self,
+        run: SlotRun,
+    ) -> impl Future<Output = std::result::Result<(), BoxError>> + Send + 'static {
+        let fut = self(run);
+        async move { fut.await.map_err(Into::into) }
+    }
+}
+
+/// Builds a [`ScheduledJob`]; [`build`](Self::build) checks every setting.
+#[must_use]
+pub struct ScheduledJobBuilder {
+    session: Session,
+    path: String,
+    id: Option<String>,
+    schedule: Option<Result<Schedule>>,
+    policies: Policies,
+    grace: Duration,
+    error_policy: ErrorPolicy,
+    acl: NodeAcl,
+    clock: Arc<dyn WallClock>,
+}
+
+#[derive(Debug, Clone)]
+struct Policies {
+    catch_up: CatchUp,
+    window: Option<Duration>,
+    overlap: Overlap,
+    on_crash: OnCrash,
+    max_attempts: u32,
+    history_limit: usize,
+    history_max_age: Duration,
+    replay_on_change: bool,
+}
+
+impl std::fmt::Debug for ScheduledJobBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScheduledJobBuilder")
+            .field("path", &self.path)
+            .field("id", &self.id)
+            .field("policies", &self.policies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScheduledJobBuilder {
+    /// Slots at the instants of a cron expression in an IANA time zone
+    /// ([`Schedule::cron`]).
+    pub fn cron(mut self, expression: &str, zone: &str) -> Self {
+        self.schedule = Some(Schedule::cron(expression, zone));
+        self
+    }
+
+    /// Slots every `period`, on the epoch's grid ([`Schedule::every`]).
+    pub fn every(mut self, period: Duration) -> Self {
+        self.schedule = Some(Schedule::every(period));
+        self
+    }
+
+    /// Any schedule.
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(Ok(schedule));
+        self
+    }
+
+    /// The participant id in the job's election, recorded as each slot's runner. Default:
+    /// `<hostname>-<pid>-<8 hex>`.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Catch-up after an outage (default [`CatchUp::Latest`]).
+    pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
+        self.policies.catch_up = catch_up;
+        self
+    }
+
+    /// How late the newest missed slot may be and still run under [`CatchUp::Latest`]
+    /// (default: one period of the schedule, at most 24 h).
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.policies.window = Some(window);
+        self
+    }
+
+    /// A slot that comes due while the previous one runs (default [`Overlap::Skip`]).
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.policies.overlap = overlap;
+        self
+    }
+
+    /// A slot cut off by a crash or a lost term (default [`OnCrash::Retry`]).
+    pub fn on_crash(mut self, on_crash: OnCrash) -> Self {
+        self.policies.on_crash = on_crash;
+        self
+    }
+
+    /// How many times a slot is started at most under [`OnCrash::Retry`] (default 3; at least 1).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.policies.max_attempts = attempts;
+        self
+    }
+
+    /// How many slot records are kept (default 100, at most [`MAX_HISTORY`]); older settled
+    /// ones are deleted.
+    pub fn history_limit(mut self, records: usize) -> Self {
+        self.policies.history_limit = records;
+        self
+    }
+
+    /// How old a settled slot record may get before it is deleted (default 30 days).
+    pub fn history_max_age(mut self, age: Duration) -> Self {
+        self.policies.history_max_age = age;
+        self
+    }
+
+    /// Whether a leader that finds another schedule recorded replays the slots of its own
+    /// schedule since the job's cursor (by the catch-up policy). Default `false`: the new
+    /// schedule starts from now.
+    pub fn replay_on_schedule_change(mut self, replay: bool) -> Self {
+        self.policies.replay_on_change = replay;
+        self
+    }
+
+    /// How long a run may go on after its term ended before its task is aborted (default 5 s).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Which connection states end a term (default [`ErrorPolicy::Standard`]).
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.error_policy = policy;
+        self
+    }
+
+    /// The ACL of the nodes the job creates (default [`NodeAcl::anyone_all`]).
+    pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
+        self.acl = acl.into();
+        self
+    }
+
+    /// The wall clock that decides when slots are due (default [`SystemClock`]). Tests step it.
+    pub fn wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Checks every setting and returns the job ready to start.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPath`] for a relative or malformed path; [`Error::InvalidSchedule`] for
+    /// a missing or bad schedule (expression, zone, interval); [`Error::InvalidArgument`] for
+    /// an id that breaks [`validate_id`](crate::path::validate_id)'s rules, zero max attempts,
+    /// or a history limit of 0 or above [`MAX_HISTORY`].
+    pub fn build(self) -> Result<PreparedJob> {
+        path::validate_path(&self.path)?;
+        let schedule = match self.schedule {
+            Some(s) => s?,
+            None => {
+                return Err(Error::InvalidSchedule {
+                    what: "schedule",
+                    reason: "none given: call .cron(expression, zone) or .every(period)".into(),
+                });
+            }
+        };
+        let id = self.id.unwrap_or_else(contender::default_participant_id);
+        path::validate_id(&id)?;
+        if self.policies.max_attempts == 0 {
+            return Err(Error::InvalidArgument {
+                what: "max attempts",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.policies.history_limit == 0 || self.policies.history_limit > MAX_HISTORY {
+            return Err(Error::InvalidArgument {
+                what: "history limit",
+                reason: format!(
+                    "{} is outside 1..={MAX_HISTORY}",
+                    self.policies.history_limit
+                ),
+            });
+        }
+        self.acl.check_usable(self.session.has_credentials())?;
+        Ok(PreparedJob {
+            inner: Inner {
+                session: self.session,
+                path: self.path,
+                id,
+                schedule,
+                policies: self.policies,
+                clock: self.clock,
+                events: broadcast::channel(1024).0,
+                acl: self.acl,
+                grace: self.grace,
+            },
+            error_policy: self.error_policy,
+        })
+    }
+
+    /// [`build`](Self::build), then [`PreparedJob::start`].
+    ///
+    /// # Errors
+    /// Those of both.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is sent before the returned job exists.
+    pub async fn start<J: SlotJob>(self, job: J) -> Result<ScheduledJob> {
+        self.build()?.start(job).await
+    }
+}
+
+/// A scheduled job whose settings were checked ([`ScheduledJobBuilder::build`]).
+#[derive(Debug)]
+pub struct PreparedJob {
+    inner: Inner,
+    error_policy: ErrorPolicy,
+}
+
+impl PreparedJob {
+    /// Stands for the job in the background (its election under `<path>/leader`); returns at once.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is sent before the returned job exists.
+    pub async fn start<J: SlotJob>(self, job: J) -> Result<ScheduledJob> {
+        let inner = Arc::new(self.inner);
+        let job = Arc::new(job);
+        let for_terms = Arc::clone(&inner);
+        let selector = LeaderSelector::builder(&inner.session, path::join(&inner.path, "leader"))
+            .id(inner.id.clone())
+            .auto_requeue(true)
+            // The job's own grace decides when a run is aborted; the selector waits beyond it.
+            .grace(inner.grace + Duration::from_secs(5))
+            .error_policy(self.error_policy)
+            .acl(inner.acl.clone())
+            .start(move |term: Leadership| {
+                let inner = Arc::clone(&for_terms);
+                let job = Arc::clone(&job);
+                let span = info_span!("scheduled_job", path = %inner.path, token = %term.token());
+                async move { TermRun::new(&inner, &term).run(&job).await }.instrument(span)
+            })
+            .await?;
+        Ok(ScheduledJob { inner, selector })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    session: Session,
+    path: String,
+    id: String,
+    schedule: Schedule,
+    policies: Policies,
+    clock: Arc<dyn WallClock>,
+    events: broadcast::Sender<JobEvent>,
+    acl: NodeAcl,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for dyn WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WallClock")
+    }
+}
+
+/// A job that runs once per schedule slot on exactly one replica, across failovers, fenced.
+///
+/// See the [module documentation](self) and `recipes/scheduled-job.md`.
+#[derive(Debug)]
+pub struct ScheduledJob {
+    inner: Arc<Inner>,
+    selector: LeaderSelector,
+}
+
+impl ScheduledJob {
+    /// A builder for the job at `path` (absolute; `/cron/<name>` by convention).
+    pub fn builder(session: &Session, path: impl Into<String>) -> ScheduledJobBuilder {
+        ScheduledJobBuilder {
+            session: session.clone(),
+            path: path.into(),
+            id: None,
+            schedule: None,
+            policies: Policies {
+                catch_up: CatchUp::default(),
+                window: None,
+                overlap: Overlap::default(),
+                on_crash: OnCrash::default(),
+                max_attempts: 3,
+                history_limit: 100,
+                history_max_age: Duration::from_secs(30 * 24 * 3600),
+                replay_on_change: false,
+            },
+            grace: crate::leader::selector::DEFAULT_GRACE,
+            error_policy: ErrorPolicy::default(),
+            acl: NodeAcl::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// What happens to the slots this replica handles, from now on.
+    pub fn events(&self) -> broadcast::Receiver<JobEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// A watch of this replica's current term (`None` while it does not lead).
+    pub fn leadership(&self) -> watch::Receiver<Option<Leadership>> {
+        self.selector.leadership()
+    }
+
+    /// Whether this replica leads the job now.
+    pub fn has_leadership(&self) -> bool {
+        self.selector.has_leadership()
+    }
+
+    /// The participant id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The job's path.
+    pub fn path(&self) -> &str {
+        &self.inner.path
+    }
+
+    /// The operator's handle on this job (history, status, trigger, pause, resolve).
+    pub fn admin(&self) -> JobAdmin {
+        JobAdmin {
+            session: self.inner.session.clone(),
+            path: self.inner.path.clone(),
+        }
+    }
+
+    /// The recorded slots, newest first ([`JobAdmin::history`]).
+    ///
+    /// # Errors
+    /// As [`JobAdmin::history`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn history(&self, limit: usize) -> Result<Vec<SlotRecord>> {
+        self.admin().history(limit).await
+    }
+
+    /// Asks the leader, whichever replica it is, to run the job now as an extra slot
+    /// ([`JobAdmin::trigger`]).
+    ///
+    /// # Errors
+    /// As [`JobAdmin::trigger`].
+    ///
+    /// # Cancel safety
+    /// As [`JobAdmin::trigger`].
+    pub async fn trigger_now(&self) -> Result<u64> {
+        self.admin().trigger().await
+    }
+
+    /// Pauses the job for every replica ([`JobAdmin::pause`]).
+    ///
+    /// # Errors
+    /// As [`JobAdmin::pause`].
+    ///
+    /// # Cancel safety
+    /// As [`JobAdmin::pause`].
+    pub async fn pause(&self) -> Result<()> {
+        self.admin().pause().await
+    }
+
+    /// Resumes the job ([`JobAdmin::resume`]).
+    ///
+    /// # Errors
+    /// As [`JobAdmin::resume`].
+    ///
+    /// # Cancel safety
+    /// As [`JobAdmin::resume`].
+    pub async fn resume(&self) -> Result<()> {
+        self.admin().resume().await
+    }
+
+    /// Leaves the job's election. A running slot's term ends: the run gets the grace period,
+    /// then it is aborted, and the slot stays `running` for the next leader (a cut-off slot,
+    /// handled by the [`OnCrash`] policy). Waits for all of that.
+    ///
+    /// # Errors
+    /// None today.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the close is started before the first await and finishes in the background.
+    pub async fn close(&self) -> Result<()> {
+        self.selector.close().await
+    }
+
+    /// Whether the job stopped standing for good: closed, or its election refused for good.
+    pub fn is_stopped(&self) -> bool {
+        matches!(
+            self.selector.state(),
+            SelectorState::Closed | SelectorState::Failed
+        )
+    }
+}
+
+/// The job's state as [`JobAdmin::status`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct JobStatus {
+    /// The job's path.
+    pub path: String,
+    /// The schedule recorded by the last leader ([`Schedule::spec`]), if any leader ran yet.
+    pub schedule: Option<String>,
+    /// Whether the job is paused.
+    pub paused: bool,
+    /// The participant id of the leader, if one leads.
+    pub leader: Option<String>,
+    /// The newest slot the leader has taken up (run, skipped or missed).
+    pub cursor: Option<String>,
+    /// Triggers asked for and not yet taken up.
+    pub triggers_pending: u64,
+    /// Slots recorded `running`, `pending` or `parked`.
+    pub open: Vec<SlotRecord>,
+    /// The newest settled slot.
+    pub last: Option<SlotRecord>,
+}
+
+/// An operator's handle on a job: read its history and status, trigger, pause, resume, resolve
+/// parked slots. Needs no stake in the election; `zkr cron history|status|trigger|pause|resume|
+/// resolve` use it.
+#[derive(Debug, Clone)]
+pub struct JobAdmin {
+    session: Session,
+    path: String,
+}
+
+impl JobAdmin {
+    /// A handle on the job at `path` (absolute).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPath`].
+    pub fn new(session: &Session, path: impl Into<String>) -> Result<JobAdmin> {
+        let path = path.into();
+        path::validate_path(&path)?;
+        Ok(JobAdmin {
+            session: session.clone(),
+            path,
+        })
+    }
+
+    /// The recorded slots, newest first (by nominal instant), at most `limit`.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors; [`Error::InvalidArgument`] when a record under the
+    /// job's `slots` node was not written by this crate.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn history(&self, limit: usize) -> Result<Vec<SlotRecord>> {
+        let client = self.session.client()?;
+        let mut records: Vec<SlotRecord> = read_records(&client, &self.path)
+            .await?
+            .into_values()
+            .map(|(r, _)| r)
+            .collect();
+        records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
+        records.truncate(limit);
+        Ok(records)
+    }
+
+    /// The job's schedule, pause state, leader, cursor and open slots.
+    ///
+    /// # Errors
+    /// As [`history`](Self::history).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn status(&self) -> Result<JobStatus> {
+        let client = self.session.client()?;
+        let state_path = path::join(&self.path, "state");
+        let state = match client.get_data(&state_path).await {
+            Ok((data, _)) => Some(JobState::from_bytes(&state_path, &data)?),
+            Err(zookeeper_client::Error::NoNode) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let control = read_control(&client, &self.path).await?.0;
+        let leader = match contender::participants_on(
+            &self.session,
+            &path::join(&self.path, "leader"),
+        )
+        .await
+        {
+            Ok(participants) => Some(contender::leader_of(participants)),
+            Err(Error::Zookeeper(zookeeper_client::Error::NoNode)) => None,
+            Err(e) => return Err(e),
+        }
+        .filter(|p: &Participant| p.is_leader)
+        .map(|p| p.id);
+        let mut records: Vec<SlotRecord> = read_records(&client, &self.path)
+            .await?
+            .into_values()
+            .map(|(r, _)| r)
+            .collect();
+        records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
+        let last = records.iter().find(|r| r.state.is_final()).cloned();
+        let open = records
+            .into_iter()
+            .filter(|r| !r.state.is_final())
+            .collect();
+        Ok(JobStatus {
+            path: self.path.clone(),
+            schedule: state.as_ref().map(|s| s.spec.clone()),
+            paused: control.paused,
+            leader,
+            cursor: state.as_ref().map(|s| Schedule::key(s.cursor_ms)),
+            triggers_pending: control
+                .triggers
+                .saturating_sub(state.as_ref().map_or(0, |s| s.triggers_done)),
+            open,
+            last,
+        })
+    }
+
+    /// Asks the leader to run the job now, as an extra slot `trigger-N` (also while paused: an
+    /// operator asked). Returns N.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// The request is sent when the future is first polled; dropped after that, the trigger may
+    /// or may not have been recorded.
+    pub async fn trigger(&self) -> Result<u64> {
+        let mut n = 0;
+        self.update_control(|c| {
+            c.triggers += 1;
+            n = c.triggers;
+        })
+        .await?;
+        Ok(n)
+    }
+
+    /// Pauses the job: the leader records due slots as skipped (`paused`) until
+    /// [`resume`](Self::resume). A slot already running goes on.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn pause(&self) -> Result<()> {
+        self.update_control(|c| c.paused = true).await
+    }
+
+    /// Resumes a paused job. Slots that came due while paused stay skipped.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn resume(&self) -> Result<()> {
+        self.update_control(|c| c.paused = false).await
+    }
+
+    /// Resolves a parked slot: [`Resolution::Done`] records it succeeded (`resolved`),
+    /// [`Resolution::Rerun`] hands it back to the leader, which runs it with `attempt + 1`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the slot has no record or is not parked; connection and
+    /// ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn resolve(&self, slot: &str, resolution: Resolution) -> Result<()> {
+        let client = self.session.client()?;
+        let slot_path = path::join(&path::join(&self.path, "slots"), slot);
+        let (data, stat) = match client.get_data(&slot_path).await {
+            Ok(found) => found,
+            Err(zookeeper_client::Error::NoNode) => {
+                return Err(Error::InvalidArgument {
+                    what: "slot",
+                    reason: format!("{slot:?} has no record under {}", self.path),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut record = SlotRecord::from_bytes(&slot_path, &data)?;
+        if record.state != SlotState::Parked {
+            return Err(Error::InvalidArgument {
+                what: "slot",
+                reason: format!("{slot:?} is {}, not parked", record.state.as_str()),
+            });
+        }
+        match resolution {
+            Resolution::Done => {
+                record.state = SlotState::Succeeded;
+                record.reason = Some("resolved".into());
+                record.ended_ms = Some(schedule::now_ms());
+            }
+            Resolution::Rerun => {
+                record.state = SlotState::Pending;
+                record.reason = Some("rerun".into());
+            }
+        }
+        // Compare-and-set: a leader that changed the record meanwhile wins.
+        client
+            .set_data(&slot_path, &record.to_bytes(), Some(stat.version))
+            .await?;
+        // Wake the leader, which reads pending slots when the controls change.
+        self.update_control(|_| {}).await
+    }
+
+    /// Reads, changes and writes the control node (compare-and-set, retried on a race).
+    async fn update_control(&self, mut change: impl FnMut(&mut Control)) -> Result<()> {
+        let client = self.session.client()?;
+        let control_path = path::join(&self.path, "control");
+        for _ in 0..100 {
+            let (mut control, version) = read_control(&client, &self.path).await?;
+            change(&mut control);
+            let result = match version {
+                Some(v) => client
+                    .set_data(&control_path, &control.to_bytes(), Some(v))
+                    .await
+                    .map(|_| ()),
+                None => {
+                    let acl = NodeAcl::default();
+                    let mode = CreateMode::Persistent.with_acls(acl.as_acls());
+                    match client.mkdir(&self.path, &mode).await {
+                        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    client
+                        .create(&control_path, &control.to_bytes(), &mode)
+                        .await
+                        .map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists) => {
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::InvalidArgument {
+            what: "control",
+            reason: "lost 100 compare-and-set races in a row".into(),
+        })
+    }
+}
+
+/// The control node and its version (`None`: it does not exist yet).
+async fn read_control(
+    client: &zookeeper_client::Client,
+    job: &str,
+) -> Result<(Control, Option<i32>)> {
+    let control_path = path::join(job, "control");
+    match client.get_data(&control_path).await {
+        Ok((data, stat)) => Ok((
+            Control::from_bytes(&control_path, &data)?,
+            Some(stat.version),
+        )),
+        Err(zookeeper_client::Error::NoNode) => Ok((Control::default(), None)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every slot record with its version, by key. Records that are not this crate's are skipped
+/// with a warning.
+async fn read_records(
+    client: &zookeeper_client::Client,
+    job: &str,
+) -> Result<BTreeMap<String, (SlotRecord, i32)>> {
+    let slots = path::join(job, "slots");
+    let children = match client.list_children(&slots).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => return Ok(BTreeMap::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let reads: Vec<_> = children
+        .iter()
+        .map(|name| client.get_data(&path::join(&slots, name)))
+        .collect();
+    let mut records = BTreeMap::new();
+    for (name, read) in children
+        .into_iter()
+        .zip(futures::future::join_all(reads).await)
+    {
+        let node = path::join(&slots, &name);
+        match read {
+            Ok((data, stat)) => match SlotRecord::from_bytes(&node, &data) {
+                Ok(record) => {
+                    records.insert(name, (record, stat.version));
+                }
+                Err(e) => warn!(node = %node, error = %e, "ignoring a slot record"),
+            },
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(records)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The leader's loop
+
+/// A slot waiting to be run in this term.
+#[derive(Debug, Clone)]
+struct Work {
+    key: String,
+    nominal_ms: i64,
+    attempt: u32,
+    recovering: bool,
+    trigger: Option<u64>,
+}
+
+/// How a run ended.
+enum RunEnd {
+    /// The job returned.
+    Returned(std::result::Result<(), String>),
+    /// The term ended first and the job was aborted after the grace period (or panicked).
+    CutOff,
+}
+
+/// Why a term's loop stops.
+enum Stop {
+    /// The term is over (or the selector is closing): return and let the selector requeue.
+    TermOver,
+    /// Something went wrong that a reload does not fix.
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::NotLeader { .. } | Error::Closed | Error::SessionExpired => Stop::TermOver,
+            other => Stop::Failed(other),
+        }
+    }
+}
+
+/// One leadership term of the job.
+struct TermRun<'a> {
+    inner: &'a Inner,
+    term: &'a Leadership,
+    state: JobState,
+    state_version: i32,
+    control: Control,
+    /// Notified when the control node's watch fires.
+    control_changed: Arc<tokio::sync::Notify>,
+    records: BTreeMap<String, (SlotRecord, i32)>,
+    queue: VecDeque<Work>,
+    buffered: bool,
+}
+
+impl<'a> TermRun<'a> {
+    fn new(inner: &'a Inner, term: &'a Leadership) -> Self {
+        TermRun {
+            inner,
+            term,
+            state: JobState {
+                spec: String::new(),
+                spec_hash: String::new(),
+                cursor_ms: 0,
+                triggers_done: 0,
+            },
+            state_version: -1,
+            control: Control::default(),
+            control_changed: Arc::new(tokio::sync::Notify::new()),
+            records: BTreeMap::new(),
+            queue: VecDeque::new(),
+            buffered: false,
+        }
+    }
+
+    fn slots_path(&self) -> String {
+        path::join(&self.inner.path, "slots")
+    }
+
+    fn slot_path(&self, key: &str) -> String {
+        path::join(&self.slots_path(), key)
+    }
+
+    fn state_path(&self) -> String {
+        path::join(&self.inner.path, "state")
+    }
+
+    fn now(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    fn emit(&self, event: JobEvent) {
+        let _ = self.inner.events.send(event);
+    }
+
+    async fn run<J: SlotJob>(mut self, job: &Arc<J>) -> std::result::Result<(), BoxError> {
+        match self.lead(job).await {
+            Ok(()) | Err(Stop::TermOver) => Ok(()),
+            Err(Stop::Failed(e)) => {
+                warn!(error = %e, "scheduled job stops leading after an error");
+                Err(Box::new(e))
+            }
+        }
+    }
+
+    async fn lead<J: SlotJob>(&mut self, job: &Arc<J>) -> std::result::Result<(), Stop> {
+        self.load_with_retries().await?;
+        self.recover().await?;
+        info!(
+            token = %self.term.token(),
+            cursor = %Schedule::key(self.state.cursor_ms),
+            queued = self.queue.len(),
+            "leading the scheduled job"
+        );
+        // The first look at the schedule in a term finds the slots that came due while no
+        // replica ran the job: they are late.
+        let mut late = true;
+        let mut failures = 0u32;
+        loop {
+            match self.step(job, &mut late).await {
+                Ok(()) => failures = 0,
+                Err(Stop::Failed(e @ (Error::ConnectionLoss | Error::Timeout(_)))) => {
+                    // A write whose reply was lost, or a read that failed: read everything
+                    // again and decide afresh. A claim that did land is found `running` and
+                    // handled as cut off (its run never started).
+                    failures += 1;
+                    debug!(error = %e, failures, "the job's loop lost its connection; reloading");
+                    tokio::select! {
+                        _ = self.term.cancelled() => return Err(Stop::TermOver),
+                        _ = tokio::time::sleep(crate::session::retry_backoff(failures, TICK)) => {}
+                    }
+                    self.queue.clear();
+                    self.buffered = false;
+                    self.load_with_retries().await?;
+                    self.recover().await?;
+                    late = true;
+                }
+                Err(stop) => return Err(stop),
+            }
+        }
+    }
+
+    /// One pass of the loop: run a queued slot, take up a trigger or due slots, or wait.
+    async fn step<J: SlotJob>(
+        &mut self,
+        job: &Arc<J>,
+        late: &mut bool,
+    ) -> std::result::Result<(), Stop> {
+        if !self.term.is_valid() {
+            return Err(Stop::TermOver);
+        }
+        if let Some(work) = self.queue.pop_front() {
+            return self.run_slot(job, work).await;
+        }
+        if self.control.triggers > self.state.triggers_done {
+            let n = self.state.triggers_done + 1;
+            self.queue.push_back(Work {
+                key: trigger_key(n),
+                nominal_ms: self.now(),
+                attempt: 1,
+                recovering: false,
+                trigger: Some(n),
+            });
+            return Ok(());
+        }
+        let now = self.now();
+        if let Some(latest) = self
+            .inner
+            .schedule
+            .latest_at_or_before(now)
+            .filter(|&l| l > self.state.cursor_ms)
+        {
+            self.take_up_due(latest, now, *late).await?;
+            *late = false;
+            return Ok(());
+        }
+        let next = self
+            .inner
+            .schedule
+            .next_after(now.max(self.state.cursor_ms));
+        let wait = next.map_or(TICK, |n| {
+            Duration::from_millis(u64::try_from(n - now).unwrap_or(0)).min(TICK)
+        });
+        let before = Instant::now();
+        let control_changed = Arc::clone(&self.control_changed);
+        tokio::select! {
+            biased;
+            _ = self.term.cancelled() => return Err(Stop::TermOver),
+            _ = control_changed.notified() => {
+                debug!("the job's controls changed");
+                self.reload_control().await?;
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+        *late = before.elapsed() > wait + STALL;
+        Ok(())
+    }
+
+    /// Reads the job's nodes, retrying transient failures while the term is valid.
+    async fn load_with_retries(&mut self) -> std::result::Result<(), Stop> {
+        let mut failures = 0u32;
+        loop {
+            match self.load().await {
+                Ok(()) => return Ok(()),
+                Err(e @ (Error::ConnectionLoss | Error::Timeout(_))) => {
+                    failures += 1;
+                    debug!(error = %e, failures, "reading the job's state failed; retrying");
+                    tokio::select! {
+                        _ = self.term.cancelled() => return Err(Stop::TermOver),
+                        _ = tokio::time::sleep(crate::session::retry_backoff(failures, TICK)) => {}
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    async fn load(&mut self) -> Result<()> {
+        let client = self.inner.session.client()?;
+        // The records' parent, created fenced like every other write of the job.
+        match self
+            .term
+            .fenced([FencedOp::create(self.slots_path(), Vec::new())])
+            .await
+        {
+            Ok(_) | Err(Error::Zookeeper(zookeeper_client::Error::NodeExists)) => {}
+            Err(e) => return Err(e),
+        }
+        let spec = self.inner.schedule.spec();
+        let hash = self.inner.schedule.spec_hash();
+        let now = self.now();
+        let fresh_cursor = self.inner.schedule.latest_at_or_before(now).unwrap_or(now);
+        let state_path = self.state_path();
+        match client.get_data(&state_path).await {
+            Ok((data, stat)) => {
+                self.state = JobState::from_bytes(&state_path, &data)?;
+                self.state_version = stat.version;
+                if self.state.spec_hash != hash {
+                    warn!(from = %self.state.spec, to = %spec, "the job's schedule changed");
+                    self.emit(JobEvent::ScheduleChanged {
+                        from: self.state.spec.clone(),
+                        to: spec.clone(),
+                    });
+                    let mut next = self.state.clone();
+                    next.spec = spec;
+                    next.spec_hash = hash;
+                    if !self.inner.policies.replay_on_change {
+                        next.cursor_ms = next.cursor_ms.max(fresh_cursor);
+                    }
+                    self.write_state(next, Vec::new()).await?;
+                }
+            }
+            Err(zookeeper_client::Error::NoNode) => {
+                // A new job owes nothing from before it existed.
+                let state = JobState {
+                    spec,
+                    spec_hash: hash,
+                    cursor_ms: fresh_cursor,
+                    triggers_done: 0,
+                };
+                self.term
+                    .fenced([FencedOp::create(&state_path, state.to_bytes())])
+                    .await?;
+                self.state = state;
+                self.state_version = 0;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.reload_control().await?;
+        self.records = read_records(&client, &self.inner.path).await?;
+        Ok(())
+    }
+
+    /// Reads the controls and sets a watch on them; creates the node if nobody has.
+    async fn reload_control(&mut self) -> Result<()> {
+        let client = self.inner.session.client()?;
+        let control_path = path::join(&self.inner.path, "control");
+        let before = self.control.clone();
+        loop {
+            match client.get_and_watch_data(&control_path).await {
+                Ok((data, _, watcher)) => {
+                    self.control = Control::from_bytes(&control_path, &data)?;
+                    // The watch fires once (a change, or the session's end); a reload sets
+                    // the next one.
+                    let changed = Arc::clone(&self.control_changed);
+                    tokio::spawn(async move {
+                        let _ = watcher.changed().await;
+                        changed.notify_one();
+                    });
+                    break;
+                }
+                Err(zookeeper_client::Error::NoNode) => {
+                    let mode = CreateMode::Persistent.with_acls(self.inner.acl.as_acls());
+                    match client
+                        .create(&control_path, &Control::default().to_bytes(), &mode)
+                        .await
+                    {
+                        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if before.paused != self.control.paused {
+            info!(paused = self.control.paused, "the job's pause changed");
+        }
+        // An operator may have released parked slots.
+        if !self.records.is_empty() || before != self.control {
+            self.records = read_records(&client, &self.inner.path).await?;
+            self.queue_pending();
+        }
+        Ok(())
+    }
+
+    /// Queues the slots recorded `pending` that are not queued yet.
+    fn queue_pending(&mut self) {
+        let mut pending: Vec<(i64, String, u32, bool)> = self
+            .records
+            .iter()
+            .filter(|(_, (r, _))| r.state == SlotState::Pending)
+            .filter(|(k, _)| !self.queue.iter().any(|w| &w.key == *k))
+            .map(|(k, (r, _))| {
+                (
+                    r.nominal_ms,
+                    k.clone(),
+                    r.attempt + 1,
+                    r.reason.as_deref() == Some("rerun"),
+                )
+            })
+            .collect();
+        pending.sort();
+        for (nominal_ms, key, attempt, recovering) in pending {
+            self.queue.push_back(Work {
+                key,
+                nominal_ms,
+                attempt,
+                recovering,
+                trigger: None,
+            });
+        }
+    }
+
+    /// Handles the slots an earlier term left open: `running` ones were cut off, `pending`
+    /// ones wait to be run.
+    async fn recover(&mut self) -> std::result::Result<(), Stop> {
+        let mut cut_off: Vec<(i64, String, SlotRecord)> = self
+            .records
+            .iter()
+            // Not running anything now: every `running` record was cut off, also one of this
+            // term whose claim landed while its reply was lost (its run never started).
+            .filter(|(_, (r, _))| r.state == SlotState::Running)
+            .map(|(k, (r, _))| (r.nominal_ms, k.clone(), r.clone()))
+            .collect();
+        cut_off.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (nominal_ms, key, record) in cut_off {
+            let policies = &self.inner.policies;
+            warn!(
+                slot = %key,
+                attempt = record.attempt,
+                runner = record.runner.as_deref().unwrap_or(""),
+                old_token = record.token.unwrap_or(0),
+                "found a slot cut off in an earlier term"
+            );
+            match policies.on_crash {
+                OnCrash::Retry if record.attempt < policies.max_attempts => {
+                    self.queue.push_back(Work {
+                        key,
+                        nominal_ms,
+                        attempt: record.attempt + 1,
+                        recovering: true,
+                        trigger: record.slot.starts_with("trigger-").then_some(0),
+                    });
+                }
+                OnCrash::Retry => self.settle(&key, SlotState::Failed, "max_attempts").await?,
+                OnCrash::Fail => self.settle(&key, SlotState::Failed, "cut_off").await?,
+                OnCrash::Park => self.settle(&key, SlotState::Parked, "cut_off").await?,
+            }
+        }
+        self.queue_pending();
+        Ok(())
+    }
+
+    /// Records a cut-off slot failed or parked without running it.
+    async fn settle(
+        &mut self,
+        key: &str,
+        state: SlotState,
+        reason: &str,
+    ) -> std::result::Result<(), Stop> {
+        let Some((record, version)) = self.records.get(key).cloned() else {
+            return Ok(());
+        };
+        let mut record = record;
+        record.state = state;
+        record.reason = Some(reason.to_owned());
+        record.ended_ms = Some(self.now());
+        let results = self
+            .term
+            .fenced([FencedOp::SetData {
+                path: self.slot_path(key),
+                data: record.to_bytes(),
+                version: Some(version),
+            }])
+            .await?;
+        self.remember(key, record, new_version(&results, 0));
+        info!(slot = %key, outcome = state.as_str(), reason, "slot settled");
+        self.emit(JobEvent::SlotFinished {
+            slot: key.to_owned(),
+            outcome: state,
+            exit_code: None,
+            reason: Some(reason.to_owned()),
+        });
+        Ok(())
+    }
+
+    fn remember(&mut self, key: &str, record: SlotRecord, version: Option<i32>) {
+        self.records
+            .insert(key.to_owned(), (record, version.unwrap_or(0)));
+    }
+
+    /// Writes the job's state (compare-and-set on its version) with `ops`, fenced.
+    async fn write_state(
+        &mut self,
+        next: JobState,
+        mut ops: Vec<FencedOp>,
+    ) -> Result<Vec<FencedResult>> {
+        let index = ops.len();
+        ops.push(FencedOp::SetData {
+            path: self.state_path(),
+            data: next.to_bytes(),
+            version: Some(self.state_version),
+        });
+        let results = self.term.fenced(ops).await?;
+        if let Some(v) = new_version(&results, index) {
+            self.state_version = v;
+        }
+        self.state = next;
+        Ok(results)
+    }
+
+    /// The slots in `(cursor, latest]` came due: run, skip or fold them by the policies.
+    async fn take_up_due(
+        &mut self,
+        latest: i64,
+        now: i64,
+        late: bool,
+    ) -> std::result::Result<(), Stop> {
+        let schedule = &self.inner.schedule;
+        let policies = &self.inner.policies;
+        let cursor = self.state.cursor_ms;
+        if self.control.paused {
+            return self.record_not_run(cursor, latest, "paused").await;
+        }
+        if !late || policies.catch_up == CatchUp::All {
+            // On time (or catching up everything): run them all, oldest first.
+            let (slots, _) = schedule.slots_between(cursor, latest, CATCH_UP_BATCH);
+            for slot in slots {
+                self.queue.push_back(Work {
+                    key: Schedule::key(slot),
+                    nominal_ms: slot,
+                    attempt: 1,
+                    recovering: false,
+                    trigger: None,
+                });
+            }
+            return Ok(());
+        }
+        let window = policies
+            .window
+            .unwrap_or_else(|| schedule.period_after(latest));
+        let lateness = Duration::from_millis(u64::try_from(now - latest).unwrap_or(0));
+        let run_latest = policies.catch_up == CatchUp::Latest && lateness <= window;
+        let missed_up_to = if run_latest { latest - 1 } else { latest };
+        if let Some(last_missed) = schedule
+            .latest_at_or_before(missed_up_to)
+            .filter(|&l| l > cursor)
+        {
+            self.record_not_run(cursor, last_missed, "catch_up").await?;
+        }
+        if run_latest {
+            self.queue.push_back(Work {
+                key: Schedule::key(latest),
+                nominal_ms: latest,
+                attempt: 1,
+                recovering: false,
+                trigger: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the slots in `(after, up_to]` as not run: one `skipped` record for a single
+    /// slot skipped on purpose (`overlap`, `paused`), else one `missed` record for the range.
+    /// Moves the cursor to `up_to`.
+    async fn record_not_run(
+        &mut self,
+        after: i64,
+        up_to: i64,
+        reason: &str,
+    ) -> std::result::Result<(), Stop> {
+        let schedule = &self.inner.schedule;
+        let (count, more) = schedule.count_between(after, up_to);
+        let Some(first) = schedule.next_after(after).filter(|&f| f <= up_to) else {
+            return Ok(());
+        };
+        let last = schedule.latest_at_or_before(up_to).unwrap_or(first);
+        let key = Schedule::key(first);
+        let now = self.now();
+        let single = count == 1 && reason != "catch_up";
+        let mut record = SlotRecord::not_run(
+            &key,
+            first,
+            if single {
+                SlotState::Skipped
+            } else {
+                SlotState::Missed
+            },
+            reason,
+            now,
+        );
+        if !single {
+            record.range = Some(SlotRange {
+                from: key.clone(),
+                to: Schedule::key(last),
+                count,
+                more,
+            });
+        }
+        let mut next = self.state.clone();
+        next.cursor_ms = next.cursor_ms.max(last);
+        let ops = if self.records.contains_key(&key) {
+            // Recorded already (a replayed schedule reached an old slot): move on.
+            Vec::new()
+        } else {
+            vec![FencedOp::create(self.slot_path(&key), record.to_bytes())]
+        };
+        let created = !ops.is_empty();
+        self.write_state(next, ops).await?;
+        if created {
+            self.remember(&key, record, Some(0));
+        }
+        if single {
+            info!(slot = %key, reason, "slot skipped");
+            self.emit(JobEvent::SlotSkipped {
+                slot: key,
+                reason: reason.to_owned(),
+            });
+        } else {
+            info!(from = %key, to = %Schedule::key(last), count, reason, "slots missed");
+            self.emit(JobEvent::SlotMissed {
+                from: key,
+                to: Schedule::key(last),
+                count,
+                reason: reason.to_owned(),
+            });
+        }
+        self.prune().await;
+        Ok(())
+    }
+
+    /// Claims a slot, runs the job, records the end.
+    async fn run_slot<J: SlotJob>(
+        &mut self,
+        job: &Arc<J>,
+        work: Work,
+    ) -> std::result::Result<(), Stop> {
+        let token = self.term.token();
+        let key = work.key.clone();
+        let existing = self.records.get(&key).cloned();
+        if let Some((r, _)) = &existing
+            && r.state.is_final()
+        {
+            // Settled meanwhile (an operator, an earlier pass): nothing to run.
+            if work.trigger.is_none() && work.nominal_ms > self.state.cursor_ms {
+                let mut next = self.state.clone();
+                next.cursor_ms = work.nominal_ms;
+                self.write_state(next, Vec::new()).await?;
+            }
+            return Ok(());
+        }
+        let record = SlotRecord {
+            slot: key.clone(),
+            nominal_ms: work.nominal_ms,
+            state: SlotState::Running,
+            token: Some(token.get()),
+            attempt: work.attempt,
+            runner: Some(self.inner.id.clone()),
+            started_ms: Some(self.now()),
+            ended_ms: None,
+            exit_code: None,
+            reason: None,
+            error: None,
+            range: None,
+        };
+        let claim = match &existing {
+            Some((_, version)) => FencedOp::SetData {
+                path: self.slot_path(&key),
+                data: record.to_bytes(),
+                version: Some(*version),
+            },
+            None => FencedOp::create(self.slot_path(&key), record.to_bytes()),
+        };
+        let mut next = self.state.clone();
+        match work.trigger {
+            Some(n) if n > next.triggers_done => next.triggers_done = n,
+            Some(_) => {}
+            None => next.cursor_ms = next.cursor_ms.max(work.nominal_ms),
+        }
+        let results = self.write_state(next, vec![claim]).await?;
+        let version = match &existing {
+            Some(_) => new_version(&results, 0),
+            None => Some(0),
+        };
+        self.remember(&key, record.clone(), version);
+        if self.buffered && existing.is_some() {
+            self.buffered = false;
+        }
+        info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, "slot started");
+        self.emit(JobEvent::SlotStarted {
+            slot: key.clone(),
+            token,
+            attempt: work.attempt,
+            recovering: work.recovering,
+        });
+
+        let exit_code = Arc::new(Mutex::new(None));
+        let run = SlotRun {
+            slot: key.clone(),
+            nominal_ms: work.nominal_ms,
+            attempt: work.attempt,
+            recovering: work.recovering,
+            triggered: work.trigger.is_some(),
+            term: self.term.clone(),
+            exit_code: Arc::clone(&exit_code),
+        };
+        let span = info_span!("slot", slot = %key, attempt = work.attempt);
+        let mut task = tokio::spawn(job.run(run).instrument(span));
+        let end = loop {
+            let control_changed = Arc::clone(&self.control_changed);
+            tokio::select! {
+                biased;
+                joined = &mut task => {
+                    break match joined {
+                        Ok(result) => RunEnd::Returned(result.map_err(|e| e.to_string())),
+                        Err(e) => RunEnd::Returned(Err(format!("the job's task failed: {e}"))),
+                    };
+                }
+                _ = self.term.cancelled() => {
+                    match tokio::time::timeout(self.inner.grace, &mut task).await {
+                        Ok(Ok(result)) => break RunEnd::Returned(result.map_err(|e| e.to_string())),
+                        Ok(Err(_)) => break RunEnd::CutOff,
+                        Err(_) => {
+                            warn!(slot = %key, grace = ?self.inner.grace, "the run outlived its term and grace; aborting it");
+                            task.abort();
+                            break RunEnd::CutOff;
+                        }
+                    }
+                }
+                _ = control_changed.notified() => {
+                    debug!("the job's controls changed while a slot runs");
+                    if let Err(e) = self.reload_control().await {
+                        debug!(error = %e, "reading the controls failed");
+                    }
+                }
+                _ = tokio::time::sleep(TICK) => {
+                    if let Err(Stop::Failed(e)) = self.overlap().await {
+                        debug!(error = %e, "recording an overlapping slot failed");
+                    }
+                }
+            }
+        };
+        let code = exit_code.lock().ok().and_then(|c| *c);
+        self.finish(&key, token, end, code).await
+    }
+
+    /// While a slot runs: the slots that have come due since are skipped or buffered.
+    async fn overlap(&mut self) -> std::result::Result<(), Stop> {
+        let now = self.now();
+        let cursor = self.state.cursor_ms;
+        let Some(latest) = self
+            .inner
+            .schedule
+            .latest_at_or_before(now)
+            .filter(|&l| l > cursor)
+        else {
+            return Ok(());
+        };
+        if self.inner.policies.catch_up == CatchUp::All && !self.queue.is_empty() {
+            // Still catching up: these join the catch-up once the queue is through.
+            return Ok(());
+        }
+        if self.control.paused {
+            return self.record_not_run(cursor, latest, "paused").await;
+        }
+        if self.inner.policies.overlap == Overlap::BufferOne
+            && !self.buffered
+            && let Some(first) = self.inner.schedule.next_after(cursor)
+        {
+            {
+                let key = Schedule::key(first);
+                let record = SlotRecord::not_run(&key, first, SlotState::Pending, "buffered", now);
+                let mut next = self.state.clone();
+                next.cursor_ms = first;
+                self.write_state(
+                    next,
+                    vec![FencedOp::create(self.slot_path(&key), record.to_bytes())],
+                )
+                .await?;
+                self.remember(&key, record, Some(0));
+                self.buffered = true;
+                info!(slot = %key, "slot buffered behind the running one");
+                self.queue.push_back(Work {
+                    key,
+                    nominal_ms: first,
+                    attempt: 1,
+                    recovering: false,
+                    trigger: None,
+                });
+                if latest > first {
+                    self.record_not_run(first, latest, "overlap").await?;
+                }
+                return Ok(());
+            }
+        }
+        self.record_not_run(cursor, latest, "overlap").await
+    }
+
+    /// Records how a run ended, fenced; a refusal leaves the slot `running` for the next leader.
+    async fn finish(
+        &mut self,
+        key: &str,
+        token: FencingToken,
+        end: RunEnd,
+        exit_code: Option<i32>,
+    ) -> std::result::Result<(), Stop> {
+        let (state, error) = match end {
+            RunEnd::Returned(Ok(())) => (SlotState::Succeeded, None),
+            RunEnd::Returned(Err(e)) => (SlotState::Failed, Some(e)),
+            RunEnd::CutOff => (
+                SlotState::Failed,
+                Some("cut off: the term ended".to_owned()),
+            ),
+        };
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let Some((mut record, version)) = self.records.get(key).cloned() else {
+                return Ok(());
+            };
+            record.state = state;
+            record.ended_ms = Some(self.now());
+            record.exit_code = exit_code;
+            record.error = error.clone();
+            let result = self
+                .term
+                .fenced([FencedOp::SetData {
+                    path: self.slot_path(key),
+                    data: record.to_bytes(),
+                    version: Some(version),
+                }])
+                .await;
+            match result {
+                Ok(results) => {
+                    let v = new_version(&results, 0);
+                    self.remember(key, record, v);
+                    info!(slot = %key, token = %token, outcome = state.as_str(), exit_code, "slot finished");
+                    self.emit(JobEvent::SlotFinished {
+                        slot: key.to_owned(),
+                        outcome: state,
+                        exit_code,
+                        reason: error,
+                    });
+                    self.prune().await;
+                    return Ok(());
+                }
+                Err(e @ (Error::ConnectionLoss | Error::Timeout(_))) if attempts < 20 => {
+                    // The reply was lost: see what the record says now, and write again if it
+                    // is still ours and running.
+                    debug!(slot = %key, error = %e, "recording the slot's end failed; retrying");
+                    tokio::select! {
+                        _ = self.term.cancelled() => {}
+                        _ = tokio::time::sleep(crate::session::retry_backoff(attempts, TICK)) => {}
+                    }
+                    if let Ok(client) = self.inner.session.client()
+                        && let Ok((data, stat)) = client.get_data(&self.slot_path(key)).await
+                        && let Ok(now) = SlotRecord::from_bytes(key, &data)
+                    {
+                        let still_ours =
+                            now.state == SlotState::Running && now.token == Some(token.get());
+                        self.remember(key, now, Some(stat.version));
+                        if !still_ours {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(slot = %key, token = %token, error = %e, "the slot's end was not recorded; it stays running for the next leader");
+                    self.emit(JobEvent::SlotAbandoned {
+                        slot: key.to_owned(),
+                        token,
+                        reason: e.to_string(),
+                    });
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Deletes the oldest settled records beyond the history limit or age (best effort).
+    async fn prune(&mut self) {
+        let limit = self.inner.policies.history_limit;
+        let max_age =
+            i64::try_from(self.inner.policies.history_max_age.as_millis()).unwrap_or(i64::MAX);
+        let now = self.now();
+        let mut settled: Vec<(i64, String, i32)> = self
+            .records
+            .iter()
+            .filter(|(_, (r, _))| r.state.is_final())
+            .map(|(k, (r, v))| (r.nominal_ms, k.clone(), *v))
+            .collect();
+        settled.sort();
+        let excess = self.records.len().saturating_sub(limit);
+        let doomed: Vec<(String, i32)> = settled
+            .iter()
+            .enumerate()
+            .filter(|(i, (nominal, _, _))| *i < excess || now.saturating_sub(*nominal) > max_age)
+            .map(|(_, (_, k, v))| (k.clone(), *v))
+            .collect();
+        for batch in doomed.chunks(50) {
+            let ops: Vec<FencedOp> = batch
+                .iter()
+                .map(|(k, v)| FencedOp::Delete {
+                    path: self.slot_path(k),
+                    version: Some(*v),
+                })
+                .collect();
+            match self.term.fenced(ops).await {
+                Ok(_) => {
+                    for (k, _) in batch {
+                        self.records.remove(k);
+                    }
+                    debug!(deleted = batch.len(), "pruned the job's history");
+                }
+                Err(e) => {
+                    debug!(error = %e, "pruning the job's history failed; next time");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The data version a [`FencedResult::DataSet`] at `index` reports.
+fn new_version(results: &[FencedResult], index: usize) -> Option<i32> {
+    match results.get(index) {
+        Some(FencedResult::DataSet { version }) => Some(*version),
+        Some(FencedResult::Created { .. }) => Some(0),
+        _ => None,
+    }
+}
