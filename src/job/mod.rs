@@ -1023,6 +1023,11 @@ struct TermRun<'a> {
     records: BTreeMap<String, (SlotRecord, i32)>,
     queue: VecDeque<Work>,
     buffered: bool,
+    /// While a slot runs: the wall clock and the monotonic clock at its start. A slot counts as
+    /// having come due during the run only up to the start's wall time plus the monotonic time
+    /// since: slots beyond that came due because the wall clock was stepped, not by waiting,
+    /// and are taken up as on time after the run.
+    run_started: Option<(i64, Instant)>,
 }
 
 impl<'a> TermRun<'a> {
@@ -1042,6 +1047,7 @@ impl<'a> TermRun<'a> {
             records: BTreeMap::new(),
             queue: VecDeque::new(),
             buffered: false,
+            run_started: None,
         }
     }
 
@@ -1146,13 +1152,7 @@ impl<'a> TermRun<'a> {
             *late = false;
             return Ok(());
         }
-        let next = self
-            .inner
-            .schedule
-            .next_after(now.max(self.state.cursor_ms));
-        let wait = next.map_or(TICK, |n| {
-            Duration::from_millis(u64::try_from(n - now).unwrap_or(0)).min(TICK)
-        });
+        let wait = self.until_next_slot();
         let before = Instant::now();
         let control_changed = Arc::clone(&self.control_changed);
         tokio::select! {
@@ -1606,6 +1606,7 @@ impl<'a> TermRun<'a> {
             term: self.term.clone(),
             exit_code: Arc::clone(&exit_code),
         };
+        self.run_started = Some((self.now(), Instant::now()));
         let span = info_span!("slot", slot = %key, attempt = work.attempt);
         let mut task = tokio::spawn(job.run(run).instrument(span));
         let end = loop {
@@ -1635,7 +1636,7 @@ impl<'a> TermRun<'a> {
                         debug!(error = %e, "reading the controls failed");
                     }
                 }
-                _ = tokio::time::sleep(TICK) => {
+                _ = tokio::time::sleep(self.until_next_slot()) => {
                     if let Err(Stop::Failed(e)) = self.overlap().await {
                         debug!(error = %e, "recording an overlapping slot failed");
                     }
@@ -1643,13 +1644,61 @@ impl<'a> TermRun<'a> {
             }
         };
         let code = exit_code.lock().ok().and_then(|c| *c);
-        self.finish(&key, token, end, code).await
+        let returned = matches!(end, RunEnd::Returned(_));
+        self.finish(&key, token, end, code).await?;
+        let result = if returned {
+            // Slots that came due in the last moments of the run overlapped it too.
+            self.overlap().await
+        } else {
+            Ok(())
+        };
+        self.run_started = None;
+        result
+    }
+
+    /// How long until the next slot after the cursor comes due by the wall clock, at most
+    /// [`TICK`].
+    fn until_next_slot(&self) -> Duration {
+        let now = self.now();
+        self.inner
+            .schedule
+            .next_after(now.max(self.state.cursor_ms))
+            .map_or(TICK, |next| {
+                Duration::from_millis(u64::try_from(next - now).unwrap_or(0)).min(TICK)
+            })
     }
 
     /// While a slot runs: the slots that have come due since are skipped or buffered.
+    ///
+    /// A slot counts as overlapping only once it is more than the misfire tolerance (half a
+    /// period, at most a second) past due with the run still going: a run that ends just after
+    /// a slot's instant leaves that slot to run, a little late, instead of skipping it.
     async fn overlap(&mut self) -> std::result::Result<(), Stop> {
-        let now = self.now();
-        let cursor = self.state.cursor_ms;
+        let wall_now = self.now();
+        let now = match self.run_started {
+            Some((wall, mono)) => {
+                let waited = i64::try_from(mono.elapsed().as_millis()).unwrap_or(i64::MAX);
+                wall_now.min(wall.saturating_add(waited))
+            }
+            None => wall_now,
+        };
+        let tolerance = self
+            .inner
+            .schedule
+            .latest_at_or_before(now)
+            .map_or(0, |slot| {
+                let period = self.inner.schedule.period_after(slot) / 2;
+                i64::try_from(period.min(TICK).as_millis()).unwrap_or(0)
+            });
+        let now = now - tolerance;
+        // Slots queued already (found due at once, e.g. after a clock step) are taken up in
+        // turn; only those after them can have come due during this run.
+        let cursor = self
+            .queue
+            .iter()
+            .filter(|w| w.trigger.is_none())
+            .map(|w| w.nominal_ms)
+            .fold(self.state.cursor_ms, i64::max);
         let Some(latest) = self
             .inner
             .schedule

@@ -1,0 +1,977 @@
+//! ScheduledJob against real ZooKeeper: each slot finishes at most once across failovers, the
+//! catch-up, overlap and on-crash policies, schedule changes, stepped clocks, bad input.
+//!
+//! Faults covered here: a replica closed mid-run (its term ends, the slot is cut off), a
+//! replica's link to the server cut (its term ends on SUSPENDED; its late record of the run is
+//! refused; its session expires and the next leader takes over), the whole job down for several
+//! periods, a replica's wall clock stepped forward and back. Killed (-9) and frozen (SIGSTOP)
+//! replicas are in tests/cron_cli.rs, seeded ensemble faults in tests/fault_trials.rs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{eventually, proxy_to, session, shared_server, within, zookeeper};
+use zookeeper_recipes::job::{
+    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SkewedClock,
+    SlotRecord, SlotRun, SlotState,
+};
+use zookeeper_recipes::testing;
+use zookeeper_recipes::{Error, FencingToken, Session};
+
+const BOUND: Duration = Duration::from_secs(30);
+
+/// One run of the job as its closure saw it.
+#[derive(Debug, Clone)]
+struct Run {
+    who: String,
+    slot: String,
+    token: FencingToken,
+    attempt: u32,
+    recovering: bool,
+    start: Instant,
+    end: Instant,
+}
+
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<Vec<Run>>>);
+
+impl Runs {
+    fn all(&self) -> Vec<Run> {
+        let mut runs = self.0.lock().unwrap().clone();
+        runs.sort_by_key(|r| r.start);
+        runs
+    }
+
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// No two runs at once, and tokens never fall from one start to the next.
+    fn assert_serial(&self) {
+        let runs = self.all();
+        for w in runs.windows(2) {
+            assert!(
+                w[0].end <= w[1].start,
+                "runs overlap: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+            assert!(
+                w[1].token >= w[0].token,
+                "token fell: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+}
+
+/// A job that records each run; it holds the run for `hold`, or until the term ends, or (with
+/// `hang`) until the term ends only.
+fn recorder(
+    who: &str,
+    runs: &Runs,
+    hold: Duration,
+) -> impl Fn(SlotRun) -> futures::future::BoxFuture<'static, Result<(), std::io::Error>>
++ Send
++ Sync
++ 'static {
+    let who = who.to_owned();
+    let runs = runs.clone();
+    move |run: SlotRun| {
+        let who = who.clone();
+        let runs = runs.clone();
+        Box::pin(async move {
+            let start = Instant::now();
+            tokio::select! {
+                _ = tokio::time::sleep(hold) => {}
+                _ = run.leadership().cancelled() => {}
+            }
+            runs.0.lock().unwrap().push(Run {
+                who,
+                slot: run.slot().to_owned(),
+                token: run.token(),
+                attempt: run.attempt(),
+                recovering: run.is_recovering(),
+                start,
+                end: Instant::now(),
+            });
+            Ok(())
+        })
+    }
+}
+
+async fn history(session: &Session, path: &str) -> Vec<SlotRecord> {
+    JobAdmin::new(session, path)
+        .unwrap()
+        .history(10_000)
+        .await
+        .unwrap()
+}
+
+/// The history oldest first, by slot key.
+async fn by_slot(session: &Session, path: &str) -> BTreeMap<String, SlotRecord> {
+    history(session, path)
+        .await
+        .into_iter()
+        .map(|r| (r.slot.clone(), r))
+        .collect()
+}
+
+/// Waits until `n` more slots succeeded than `from`.
+async fn succeeded(session: &Session, path: &str, at_least: usize) -> Vec<SlotRecord> {
+    let what = format!("{at_least} succeeded slots under {path}");
+    eventually(BOUND, &what, || async {
+        let h = history(session, path).await;
+        let ok: Vec<SlotRecord> = h
+            .into_iter()
+            .filter(|r| r.state == SlotState::Succeeded)
+            .collect();
+        (ok.len() >= at_least).then_some(ok)
+    })
+    .await
+}
+
+/// Every scheduled slot between the first and the last recorded one, of an interval schedule.
+fn expected_slots(schedule: &Schedule, first: i64, last: i64) -> Vec<String> {
+    let (slots, more) = schedule.slots_between(first - 1, last, 100_000);
+    assert!(!more);
+    slots.into_iter().map(Schedule::key).collect()
+}
+
+fn scheduled(records: &BTreeMap<String, SlotRecord>) -> Vec<&SlotRecord> {
+    records
+        .values()
+        .filter(|r| !r.slot.starts_with("trigger-"))
+        .collect()
+}
+
+async fn leader_index(jobs: &[ScheduledJob]) -> usize {
+    eventually(BOUND, "a leader among the replicas", || async {
+        jobs.iter().position(ScheduledJob::has_leadership)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn three_replicas_run_every_slot_exactly_once_with_catch_up_all() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cron-three");
+    let period = Duration::from_millis(500);
+    let runs = Runs::default();
+    let mut sessions = Vec::new();
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        let s = session(server.connect_string(), Duration::from_secs(10)).await;
+        jobs.push(Some(
+            ScheduledJob::builder(&s, &path)
+                .every(period)
+                .id(format!("r{i}"))
+                .catch_up(CatchUp::All)
+                .start(recorder(&format!("r{i}"), &runs, Duration::from_millis(50)))
+                .await
+                .unwrap(),
+        ));
+        sessions.push(s);
+    }
+    // Two handovers: the leader leaves, twice, while the schedule goes on.
+    for round in 1..=3 {
+        succeeded(&sessions[0], &path, round * 3).await;
+        if round < 3 {
+            let live: Vec<ScheduledJob> = jobs.iter_mut().filter_map(Option::take).collect();
+            let leader = leader_index(&live).await;
+            let mut live: Vec<Option<ScheduledJob>> = live.into_iter().map(Some).collect();
+            let gone = live[leader].take().unwrap();
+            gone.close().await.unwrap();
+            jobs = live;
+        }
+    }
+    for job in jobs.into_iter().flatten() {
+        job.close().await.unwrap();
+    }
+    let records = by_slot(&sessions[0], &path).await;
+    let slots = scheduled(&records);
+    let first = slots.iter().map(|r| r.nominal_ms).min().unwrap();
+    let last = slots.iter().map(|r| r.nominal_ms).max().unwrap();
+    let schedule = Schedule::every(period).unwrap();
+    for key in expected_slots(&schedule, first, last) {
+        let r = records
+            .get(&key)
+            .unwrap_or_else(|| panic!("slot {key} has no record: {records:#?}"));
+        // The last slot may have been cut off by the final close.
+        if r.nominal_ms != last {
+            assert_eq!(r.state, SlotState::Succeeded, "{r:?}");
+        }
+    }
+    runs.assert_serial();
+    let runners: std::collections::BTreeSet<String> =
+        runs.all().iter().map(|r| r.who.clone()).collect();
+    assert!(runners.len() >= 3, "three leaders ran slots: {runners:?}");
+}
+
+/// Runs a job on `every(period)` until it has run twice, takes it down for `outage`, starts it
+/// again with `catch_up`, and returns the history and the wall-clock instant of the restart.
+async fn outage(
+    name: &str,
+    catch_up: CatchUp,
+    period: Duration,
+    outage: Duration,
+) -> (BTreeMap<String, SlotRecord>, i64, i64, Runs) {
+    let server = shared_server().await;
+    let path = testing::unique_path(name);
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let runs = Runs::default();
+    let first = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("before")
+        .catch_up(catch_up)
+        .start(recorder("before", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    let before = succeeded(&s, &path, 2).await;
+    first.close().await.unwrap();
+    let down_at = before.iter().map(|r| r.nominal_ms).max().unwrap();
+    // The outage itself: the job is down for this long (the test's input, not a wait for an
+    // event).
+    tokio::time::sleep(outage).await;
+    let restart_ms = chrono_now_ms();
+    let again = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("after")
+        .catch_up(catch_up)
+        .start(recorder("after", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    eventually(BOUND, "a run after the restart", || async {
+        runs.all().iter().any(|r| r.who == "after").then_some(())
+    })
+    .await;
+    // And one on time after that.
+    let n = runs.count();
+    eventually(BOUND, "one more run", || async {
+        (runs.count() > n).then_some(())
+    })
+    .await;
+    again.close().await.unwrap();
+    (by_slot(&s, &path).await, down_at, restart_ms, runs)
+}
+
+fn chrono_now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn catch_up_latest_runs_only_the_newest_missed_slot() {
+    if !zookeeper() {
+        return;
+    }
+    let period = Duration::from_millis(200);
+    let (records, down_at, restart, runs) = outage(
+        "cron-latest",
+        CatchUp::Latest,
+        period,
+        Duration::from_millis(1500),
+    )
+    .await;
+    let schedule = Schedule::every(period).unwrap();
+    let newest_missed = schedule.latest_at_or_before(restart).unwrap();
+    let after: Vec<Run> = runs
+        .all()
+        .into_iter()
+        .filter(|r| r.who == "after")
+        .collect();
+    // The first run after the restart is the newest slot that had come due by then (or a later
+    // one, if the restart's own reads took past the next slot).
+    let first_after = Schedule::parse_key(&after[0].slot).unwrap();
+    assert!(first_after >= newest_missed, "{after:?} vs {newest_missed}");
+    let missed: Vec<&SlotRecord> = records
+        .values()
+        .filter(|r| r.state == SlotState::Missed)
+        .collect();
+    assert_eq!(missed.len(), 1, "one folded missed record: {records:#?}");
+    let range = missed[0].range.as_ref().expect("a missed range");
+    assert!(
+        range.count >= 5,
+        "a 1.5 s outage of a 200 ms job misses >= 5: {range:?}"
+    );
+    assert_eq!(missed[0].reason.as_deref(), Some("catch_up"));
+    assert_eq!(
+        Schedule::parse_key(&range.from).unwrap(),
+        down_at + 200,
+        "the range starts right after the last run before the outage"
+    );
+    // Nothing between the last run before and the first after ran.
+    for r in &runs.all() {
+        let at = Schedule::parse_key(&r.slot).unwrap();
+        assert!(
+            at <= down_at || at >= first_after,
+            "{r:?} ran inside the missed range"
+        );
+    }
+}
+
+#[tokio::test]
+async fn catch_up_all_runs_every_missed_slot_in_order() {
+    if !zookeeper() {
+        return;
+    }
+    let period = Duration::from_millis(200);
+    let (records, _, _, runs) = outage(
+        "cron-all",
+        CatchUp::All,
+        period,
+        Duration::from_millis(1500),
+    )
+    .await;
+    let slots = scheduled(&records);
+    let first = slots.iter().map(|r| r.nominal_ms).min().unwrap();
+    let last = slots.iter().map(|r| r.nominal_ms).max().unwrap();
+    for key in expected_slots(&Schedule::every(period).unwrap(), first, last) {
+        let r = records
+            .get(&key)
+            .unwrap_or_else(|| panic!("no record of {key}"));
+        assert_eq!(r.state, SlotState::Succeeded, "{r:?}");
+    }
+    // In slot order, each once.
+    let order: Vec<i64> = runs
+        .all()
+        .into_iter()
+        .map(|r| Schedule::parse_key(&r.slot).unwrap())
+        .collect();
+    let mut sorted = order.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(order, sorted, "runs in slot order, each once");
+    runs.assert_serial();
+}
+
+#[tokio::test]
+async fn catch_up_none_records_the_outage_as_missed() {
+    if !zookeeper() {
+        return;
+    }
+    let period = Duration::from_millis(200);
+    let (records, down_at, restart, runs) = outage(
+        "cron-none",
+        CatchUp::None,
+        period,
+        Duration::from_millis(1500),
+    )
+    .await;
+    let missed: Vec<&SlotRecord> = records
+        .values()
+        .filter(|r| r.state == SlotState::Missed)
+        .collect();
+    assert_eq!(missed.len(), 1, "{records:#?}");
+    let range = missed[0].range.as_ref().unwrap();
+    assert_eq!(Schedule::parse_key(&range.from).unwrap(), down_at + 200);
+    assert!(Schedule::parse_key(&range.to).unwrap() <= restart + 200);
+    // Every run after the restart is of a slot that came due after it started (give the
+    // restart's own reads the slot that was due as it came up).
+    for r in runs.all().iter().filter(|r| r.who == "after") {
+        let at = Schedule::parse_key(&r.slot).unwrap();
+        assert!(at > Schedule::parse_key(&range.to).unwrap(), "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn overlap_skip_records_the_slot_that_came_due_while_running() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cron-skip");
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_millis(300))
+        .start(recorder("a", &runs, Duration::from_millis(700)))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    within(BOUND, "a slot skipped for overlap", async {
+        loop {
+            if let Ok(JobEvent::SlotSkipped { reason, .. }) = events.recv().await
+                && reason == "overlap"
+            {
+                break;
+            }
+        }
+    })
+    .await;
+    succeeded(&s, &path, 2).await;
+    job.close().await.unwrap();
+    runs.assert_serial();
+    let records = by_slot(&s, &path).await;
+    assert!(
+        records
+            .values()
+            .any(|r| r.state == SlotState::Skipped && r.reason.as_deref() == Some("overlap")),
+        "{records:#?}"
+    );
+    // Skipped slots never ran.
+    for r in runs.all() {
+        assert_ne!(records[&r.slot].state, SlotState::Skipped, "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn overlap_buffer_one_runs_one_late_slot_after_the_running_one() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cron-buffer");
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let runs = Runs::default();
+    let period = Duration::from_millis(300);
+    let job = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .overlap(Overlap::BufferOne)
+        .start(recorder("a", &runs, Duration::from_millis(700)))
+        .await
+        .unwrap();
+    succeeded(&s, &path, 3).await;
+    job.close().await.unwrap();
+    runs.assert_serial();
+    let all = runs.all();
+    // The slot right after each run's slot was buffered and ran next; the one after it skipped.
+    let records = by_slot(&s, &path).await;
+    let consecutive = all.windows(2).any(|w| {
+        Schedule::parse_key(&w[1].slot).unwrap() - Schedule::parse_key(&w[0].slot).unwrap() == 300
+    });
+    assert!(
+        consecutive,
+        "a buffered slot ran right after its predecessor: {all:?}"
+    );
+    assert!(
+        records
+            .values()
+            .any(|r| r.state == SlotState::Skipped && r.reason.as_deref() == Some("overlap")),
+        "{records:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cut_off_slot_is_retried_with_a_higher_token_and_the_late_write_is_refused() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cron-cutoff");
+    let proxy = proxy_to(server).await;
+    let timeout = Duration::from_secs(2);
+    let a_session = session(&proxy.connect_string(), timeout).await;
+    let b_session = session(server.connect_string(), timeout).await;
+    let runs = Runs::default();
+    // No scheduled slot in this test's time: the run is an operator's trigger.
+    let a = ScheduledJob::builder(&a_session, &path)
+        .every(Duration::from_secs(3600))
+        .id("a")
+        .start(recorder("a", &runs, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let mut a_events = a.events();
+    within(BOUND, "a leads", async {
+        let mut term = a.leadership();
+        term.wait_for(Option::is_some).await.unwrap();
+    })
+    .await;
+    a.trigger_now().await.unwrap();
+    let started = within(BOUND, "a starts trigger-1", async {
+        loop {
+            if let Ok(JobEvent::SlotStarted { slot, token, .. }) = a_events.recv().await {
+                break (slot, token);
+            }
+        }
+    })
+    .await;
+    assert_eq!(started.0, "trigger-1");
+    let b = ScheduledJob::builder(&b_session, &path)
+        .every(Duration::from_secs(3600))
+        .id("b")
+        .start(recorder("b", &runs, Duration::from_millis(50)))
+        .await
+        .unwrap();
+    // a's link goes: its term ends at SUSPENDED, its run is cancelled, and its record of the
+    // run's end is refused; its session expires on the server and b takes over.
+    let cut_at = Instant::now();
+    proxy.cut();
+    let refused = within(BOUND, "a's late write refused", async {
+        loop {
+            if let Ok(JobEvent::SlotAbandoned {
+                slot,
+                token,
+                reason,
+            }) = a_events.recv().await
+            {
+                break (slot, token, reason);
+            }
+        }
+    })
+    .await;
+    assert_eq!(refused.0, "trigger-1");
+    assert_eq!(refused.1, started.1);
+    let retried = eventually(BOUND, "b re-runs trigger-1", || async {
+        runs.all()
+            .into_iter()
+            .find(|r| r.who == "b" && r.slot == "trigger-1")
+    })
+    .await;
+    eprintln!(
+        "cut-off slot resumed {} ms after the link was cut (session timeout {timeout:?})",
+        retried.start.duration_since(cut_at).as_millis()
+    );
+    assert_eq!(retried.attempt, 2);
+    assert!(retried.recovering);
+    assert!(retried.token > started.1, "{retried:?} vs {started:?}");
+    let records = by_slot(&b_session, &path).await;
+    let r = &records["trigger-1"];
+    assert_eq!(r.state, SlotState::Succeeded, "{r:?}");
+    assert_eq!(r.attempt, 2);
+    assert_eq!(r.runner.as_deref(), Some("b"));
+    assert_eq!(r.token, Some(retried.token.get()));
+    proxy.heal();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Leaves a `running` record of `slot` from an earlier term, as a crashed runner does.
+async fn leave_cut_off(session: &Session, path: &str, slot: &str, attempt: u32) {
+    let client = session.client().unwrap();
+    let record = serde_json::json!({
+        "slot": slot, "nominal_ms": Schedule::parse_key(slot).unwrap_or(0), "state": "running",
+        "token": 1, "attempt": attempt, "runner": "crashed", "started_ms": 1,
+        "ended_ms": null, "exit_code": null,
+    });
+    let mode =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.mkdir(&format!("{path}/slots"), &mode).await.unwrap();
+    client
+        .create(
+            &format!("{path}/slots/{slot}"),
+            record.to_string().as_bytes(),
+            &mode,
+        )
+        .await
+        .unwrap();
+}
+
+async fn one_replica(
+    s: &Session,
+    path: &str,
+    runs: &Runs,
+    configure: impl FnOnce(
+        zookeeper_recipes::ScheduledJobBuilder,
+    ) -> zookeeper_recipes::ScheduledJobBuilder,
+) -> ScheduledJob {
+    configure(
+        ScheduledJob::builder(s, path)
+            .every(Duration::from_secs(3600))
+            .id("next"),
+    )
+    .start(recorder("next", runs, Duration::ZERO))
+    .await
+    .unwrap()
+}
+
+/// The key of a slot `hours_ago` hours before now, on the hour (recent enough to stay in the
+/// history, old enough that no `every(1 h)` slot of the test is due before it).
+fn hours_ago(hours: i64) -> String {
+    let now = chrono_now_ms();
+    Schedule::key(now - now.rem_euclid(3_600_000) - hours * 3_600_000)
+}
+
+#[tokio::test]
+async fn a_cut_off_slot_is_retried_up_to_max_attempts() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let (one, two) = (hours_ago(3), hours_ago(2));
+    let path = testing::unique_path("cron-attempts");
+    leave_cut_off(&s, &path, &one, 1).await;
+    leave_cut_off(&s, &path, &two, 2).await;
+    let runs = Runs::default();
+    let job = one_replica(&s, &path, &runs, |b| b.max_attempts(2)).await;
+    let records = eventually(BOUND, "both cut-off slots settled", || async {
+        let r = by_slot(&s, &path).await;
+        r.values().all(|r| r.state.is_final()).then_some(r)
+    })
+    .await;
+    job.close().await.unwrap();
+    let retried = &records[&one];
+    assert_eq!((retried.state, retried.attempt), (SlotState::Succeeded, 2));
+    let exhausted = &records[&two];
+    assert_eq!(exhausted.state, SlotState::Failed);
+    assert_eq!(exhausted.reason.as_deref(), Some("max_attempts"));
+    let ran: Vec<String> = runs.all().into_iter().map(|r| r.slot).collect();
+    assert_eq!(ran, [one.clone()]);
+    assert!(runs.all()[0].recovering);
+}
+
+#[tokio::test]
+async fn on_crash_fail_records_a_cut_off_slot_failed() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let (one, two) = (hours_ago(3), hours_ago(2));
+    let path = testing::unique_path("cron-fail");
+    leave_cut_off(&s, &path, &one, 1).await;
+    let runs = Runs::default();
+    let job = one_replica(&s, &path, &runs, |b| b.on_crash(OnCrash::Fail)).await;
+    let record = eventually(BOUND, "the cut-off slot failed", || async {
+        let r = by_slot(&s, &path).await;
+        r.get(&one)
+            .filter(|r| r.state == SlotState::Failed)
+            .cloned()
+    })
+    .await;
+    job.close().await.unwrap();
+    assert_eq!(record.reason.as_deref(), Some("cut_off"));
+    assert_eq!(runs.count(), 0, "at most once: not run again");
+}
+
+#[tokio::test]
+async fn park_and_resolve() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let (one, two) = (hours_ago(3), hours_ago(2));
+    let path = testing::unique_path("cron-park");
+    leave_cut_off(&s, &path, &one, 1).await;
+    leave_cut_off(&s, &path, &two, 1).await;
+    let runs = Runs::default();
+    let job = one_replica(&s, &path, &runs, |b| b.on_crash(OnCrash::Park)).await;
+    let admin = job.admin();
+    eventually(BOUND, "both slots parked", || async {
+        let r = by_slot(&s, &path).await;
+        r.values()
+            .all(|r| r.state == SlotState::Parked)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(runs.count(), 0);
+    admin.resolve(&one, Resolution::Rerun).await.unwrap();
+    admin.resolve(&two, Resolution::Done).await.unwrap();
+    let rerun = eventually(BOUND, "the released slot re-run", || async {
+        runs.all().into_iter().next()
+    })
+    .await;
+    assert_eq!((rerun.slot.as_str(), rerun.attempt), (one.as_str(), 2));
+    assert!(rerun.recovering);
+    let records = eventually(BOUND, "both resolved", || async {
+        let r = by_slot(&s, &path).await;
+        r.values()
+            .all(|r| r.state == SlotState::Succeeded)
+            .then_some(r)
+    })
+    .await;
+    assert_eq!(records[&two].reason.as_deref(), Some("resolved"));
+    // Only parked slots can be resolved.
+    assert!(matches!(
+        admin.resolve(&two, Resolution::Rerun).await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        admin
+            .resolve("1999-01-01T00:00:00Z", Resolution::Done)
+            .await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    job.close().await.unwrap();
+    assert_eq!(runs.count(), 1);
+}
+
+#[tokio::test]
+async fn a_changed_schedule_does_not_replay_old_slots() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    for replay in [false, true] {
+        let path = testing::unique_path("cron-change");
+        let runs = Runs::default();
+        let old = ScheduledJob::builder(&s, &path)
+            .every(Duration::from_millis(200))
+            .catch_up(CatchUp::All)
+            .start(recorder("old", &runs, Duration::ZERO))
+            .await
+            .unwrap();
+        succeeded(&s, &path, 2).await;
+        old.close().await.unwrap();
+        let last_old = runs.all().last().map(|r| r.slot.clone()).unwrap();
+        tokio::time::sleep(Duration::from_millis(1000)).await; // the job is down this long
+        let restart = chrono_now_ms();
+        let new = ScheduledJob::builder(&s, &path)
+            .every(Duration::from_millis(250))
+            .catch_up(CatchUp::All)
+            .replay_on_schedule_change(replay)
+            .start(recorder("new", &runs, Duration::ZERO))
+            .await
+            .unwrap();
+        let mut events = new.events();
+        let change = within(BOUND, "the schedule change seen", async {
+            loop {
+                if let Ok(JobEvent::ScheduleChanged { from, to }) = events.recv().await {
+                    break (from, to);
+                }
+            }
+        })
+        .await;
+        assert_eq!(change, ("every 200ms+0ms".into(), "every 250ms+0ms".into()));
+        eventually(BOUND, "two runs of the new schedule", || async {
+            (runs.all().iter().filter(|r| r.who == "new").count() >= 2).then_some(())
+        })
+        .await;
+        new.close().await.unwrap();
+        let first_new = runs.all().into_iter().find(|r| r.who == "new").unwrap();
+        let at = Schedule::parse_key(&first_new.slot).unwrap();
+        let last_old = Schedule::parse_key(&last_old).unwrap();
+        if replay {
+            assert!(at < restart - 250, "replayed the outage: {first_new:?}");
+            assert!(at > last_old);
+        } else {
+            assert!(
+                at > restart - 250,
+                "did not replay: {first_new:?} restart {restart}"
+            );
+        }
+        let status = JobAdmin::new(&s, &path).unwrap().status().await.unwrap();
+        assert_eq!(status.schedule.as_deref(), Some("every 250ms+0ms"));
+    }
+}
+
+#[tokio::test]
+async fn a_clock_stepped_forward_or_back_neither_doubles_nor_loses_a_slot() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cron-clock");
+    let a_session = session(server.connect_string(), Duration::from_secs(10)).await;
+    let b_session = session(server.connect_string(), Duration::from_secs(10)).await;
+    let period = Duration::from_millis(250);
+    let runs = Runs::default();
+    let clock = Arc::new(SkewedClock::new(0));
+    let a = ScheduledJob::builder(&a_session, &path)
+        .every(period)
+        .id("a")
+        .wall_clock(clock.clone())
+        .start(recorder("a", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    succeeded(&a_session, &path, 2).await;
+    // a's clock jumps 1.5 s ahead: the slots of those 1.5 s come due at once, and run.
+    clock.set_offset_ms(1500);
+    succeeded(&a_session, &path, 9).await;
+    // Then 3 s back (1.5 s behind the truth): nothing runs again; slots wait for the clock.
+    clock.set_offset_ms(-1500);
+    let n = runs.count();
+    eventually(
+        Duration::from_secs(20),
+        "a runs again after its clock caught up",
+        || async { (runs.count() > n).then_some(()) },
+    )
+    .await;
+    // So far only a ran: every slot from the first to the last ran once, none was lost to
+    // the forward step or run twice after the backward one.
+    let before_handover = runs.all();
+    assert_contiguous_and_once(&a_session, &path, period, &before_handover).await;
+    // b, with a true clock, takes over from a's (1.5 s behind). Slots that a's slow clock had
+    // not yet found due are late for b: its catch-up policy (latest) decides them, and nothing
+    // runs twice.
+    let b = ScheduledJob::builder(&b_session, &path)
+        .every(period)
+        .id("b")
+        .start(recorder("b", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    a.close().await.unwrap();
+    eventually(BOUND, "b runs two slots", || async {
+        (runs.all().iter().filter(|r| r.who == "b").count() >= 2).then_some(())
+    })
+    .await;
+    b.close().await.unwrap();
+    let all = runs.all();
+    let mut slots: Vec<&str> = all.iter().map(|r| r.slot.as_str()).collect();
+    let total = slots.len();
+    slots.sort();
+    slots.dedup();
+    assert_eq!(slots.len(), total, "a slot ran twice: {all:?}");
+}
+
+/// Every slot of `runs` ran once, and every scheduled slot from the first to the last of them
+/// has a succeeded record.
+async fn assert_contiguous_and_once(s: &Session, path: &str, period: Duration, runs: &[Run]) {
+    let mut slots: Vec<i64> = runs
+        .iter()
+        .map(|r| Schedule::parse_key(&r.slot).unwrap())
+        .collect();
+    let total = slots.len();
+    slots.sort();
+    slots.dedup();
+    assert_eq!(slots.len(), total, "a slot ran twice: {runs:?}");
+    let records = by_slot(s, path).await;
+    let (first, last) = (slots[0], slots[slots.len() - 1]);
+    for key in expected_slots(&Schedule::every(period).unwrap(), first, last) {
+        let r = records
+            .get(&key)
+            .unwrap_or_else(|| panic!("{key} lost: {records:#?}"));
+        assert_eq!(r.state, SlotState::Succeeded, "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_at_build() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let b = || ScheduledJob::builder(&s, "/cron/bad");
+    let schedule_err = |r: Result<_, Error>, what: &str| match r {
+        Err(Error::InvalidSchedule { what: w, .. }) => assert_eq!(w, what),
+        other => panic!("{what}: {other:?}"),
+    };
+    schedule_err(
+        b().cron("61 * * * *", "UTC").build().map(|_| ()),
+        "cron expression",
+    );
+    schedule_err(
+        b().cron("0 2 * * *", "Mars/Base").build().map(|_| ()),
+        "time zone",
+    );
+    schedule_err(b().every(Duration::ZERO).build().map(|_| ()), "interval");
+    schedule_err(b().build().map(|_| ()), "schedule");
+    let arg_err = |r: Result<_, Error>, what: &str| match r {
+        Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
+        other => panic!("{what}: {other:?}"),
+    };
+    let ok = |b: zookeeper_recipes::ScheduledJobBuilder| b.every(Duration::from_secs(1));
+    arg_err(
+        ok(b()).history_limit(0).build().map(|_| ()),
+        "history limit",
+    );
+    arg_err(
+        ok(b()).history_limit(10_001).build().map(|_| ()),
+        "history limit",
+    );
+    arg_err(ok(b()).max_attempts(0).build().map(|_| ()), "max attempts");
+    assert!(matches!(
+        ok(ScheduledJob::builder(&s, "cron/relative")).build(),
+        Err(Error::InvalidPath { .. })
+    ));
+    assert!(matches!(
+        ok(b()).id("").build(),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(ok(b()).build().is_ok());
+}
+
+#[tokio::test]
+async fn pause_skips_and_trigger_runs() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-pause");
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_millis(200))
+        .start(recorder("a", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    succeeded(&s, &path, 1).await;
+    job.pause().await.unwrap();
+    eventually(BOUND, "a slot skipped while paused", || async {
+        let r = by_slot(&s, &path).await;
+        r.values()
+            .any(|r| r.state == SlotState::Skipped && r.reason.as_deref() == Some("paused"))
+            .then_some(())
+    })
+    .await;
+    let scheduled_runs = runs.count();
+    // A trigger runs even while paused: an operator asked.
+    assert_eq!(job.trigger_now().await.unwrap(), 1);
+    eventually(BOUND, "trigger-1 ran", || async {
+        runs.all()
+            .iter()
+            .any(|r| r.slot == "trigger-1")
+            .then_some(())
+    })
+    .await;
+    let status = job.admin().status().await.unwrap();
+    assert!(status.paused);
+    assert_eq!(status.triggers_pending, 0);
+    // No scheduled slot ran while paused.
+    assert_eq!(
+        runs.all()
+            .iter()
+            .filter(|r| !r.slot.starts_with("trigger-"))
+            .count(),
+        scheduled_runs
+    );
+    job.resume().await.unwrap();
+    eventually(BOUND, "a scheduled slot runs after resume", || async {
+        (runs
+            .all()
+            .iter()
+            .filter(|r| !r.slot.starts_with("trigger-"))
+            .count()
+            > scheduled_runs)
+            .then_some(())
+    })
+    .await;
+    job.close().await.unwrap();
+    let records = by_slot(&s, &path).await;
+    assert_eq!(records["trigger-1"].state, SlotState::Succeeded);
+}
+
+#[tokio::test]
+async fn history_is_bounded() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-bounded");
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_millis(100))
+        .history_limit(5)
+        .start(recorder("a", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    eventually(BOUND, "twelve runs", || async {
+        (runs.count() >= 12).then_some(())
+    })
+    .await;
+    job.close().await.unwrap();
+    let h = history(&s, &path).await;
+    assert!(h.len() <= 5, "{} records kept: {h:#?}", h.len());
+    // The newest are the ones kept.
+    let newest = runs.all().last().unwrap().slot.clone();
+    assert!(h.iter().any(|r| r.slot == newest), "{newest} not in {h:#?}");
+}
