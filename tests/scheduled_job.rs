@@ -344,7 +344,10 @@ async fn catch_up_all_runs_every_missed_slot_in_order() {
         let r = records
             .get(&key)
             .unwrap_or_else(|| panic!("no record of {key}"));
-        assert_eq!(r.state, SlotState::Succeeded, "{r:?}");
+        // The last slot may have been cut off by the final close.
+        if r.nominal_ms != last {
+            assert_eq!(r.state, SlotState::Succeeded, "{r:?}");
+        }
     }
     // In slot order, each once.
     let order: Vec<i64> = runs
@@ -372,9 +375,11 @@ async fn catch_up_none_records_the_outage_as_missed() {
         Duration::from_millis(1500),
     )
     .await;
+    // The outage is one missed range (a loaded machine may stall the loop later and miss
+    // more, each recorded).
     let missed: Vec<&SlotRecord> = records
         .values()
-        .filter(|r| r.state == SlotState::Missed)
+        .filter(|r| r.state == SlotState::Missed && r.nominal_ms <= restart)
         .collect();
     assert_eq!(missed.len(), 1, "{records:#?}");
     let range = missed[0].range.as_ref().unwrap();
@@ -621,7 +626,7 @@ async fn a_cut_off_slot_is_retried_up_to_max_attempts() {
     assert_eq!(exhausted.state, SlotState::Failed);
     assert_eq!(exhausted.reason.as_deref(), Some("max_attempts"));
     let ran: Vec<String> = runs.all().into_iter().map(|r| r.slot).collect();
-    assert_eq!(ran, [one.clone()]);
+    assert_eq!(ran, std::slice::from_ref(&one));
     assert!(runs.all()[0].recovering);
 }
 
@@ -632,7 +637,7 @@ async fn on_crash_fail_records_a_cut_off_slot_failed() {
     }
     let server = shared_server().await;
     let s = session(server.connect_string(), Duration::from_secs(10)).await;
-    let (one, two) = (hours_ago(3), hours_ago(2));
+    let one = hours_ago(3);
     let path = testing::unique_path("cron-fail");
     leave_cut_off(&s, &path, &one, 1).await;
     let runs = Runs::default();
@@ -813,12 +818,24 @@ async fn a_clock_stepped_forward_or_back_neither_doubles_nor_loses_a_slot() {
     })
     .await;
     b.close().await.unwrap();
-    let all = runs.all();
-    let mut slots: Vec<&str> = all.iter().map(|r| r.slot.as_str()).collect();
-    let total = slots.len();
-    slots.sort();
-    slots.dedup();
-    assert_eq!(slots.len(), total, "a slot ran twice: {all:?}");
+    assert_runs_twice_only_as_retries(&runs.all());
+}
+
+/// A slot that ran more than once was cut off (here: by a close while it ran) and re-run by a
+/// later term: with a higher token, a higher attempt, and `recovering`.
+fn assert_runs_twice_only_as_retries(runs: &[Run]) {
+    let mut by_slot: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+    for r in runs {
+        by_slot.entry(r.slot.as_str()).or_default().push(r);
+    }
+    for (slot, runs) in by_slot {
+        for w in runs.windows(2) {
+            assert!(
+                w[1].token > w[0].token && w[1].attempt > w[0].attempt && w[1].recovering,
+                "{slot} ran again but not as a retry of a cut-off run: {w:?}"
+            );
+        }
+    }
 }
 
 /// Every slot of `runs` ran once, and every scheduled slot from the first to the last of them

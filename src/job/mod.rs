@@ -1588,6 +1588,8 @@ impl<'a> TermRun<'a> {
         if self.buffered && existing.is_some() {
             self.buffered = false;
         }
+        // Room for the new record within the history limit.
+        self.prune().await;
         info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, "slot started");
         self.emit(JobEvent::SlotStarted {
             slot: key.clone(),

@@ -495,10 +495,7 @@ mod tests {
         for _ in 0..200 {
             let next = s.next_after(t).unwrap();
             assert_eq!(s.latest_at_or_before(next), Some(next));
-            assert_eq!(
-                s.latest_at_or_before(next - 1).unwrap_or(i64::MIN) < next,
-                true
-            );
+            assert!(s.latest_at_or_before(next - 1).unwrap_or(i64::MIN) < next);
             t = next;
         }
     }
