@@ -13,12 +13,13 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use zookeeper_recipes::FencingToken;
+use zookeeper_recipes::job::Schedule;
 use zookeeper_recipes::testing;
 
 use common::within;
-use statement_job::{Progress, Statements, Write};
+use statement_job::{Claim, Progress, StatementJob, Statements, Write};
 
-const RUN: &str = "2026-12-01";
+const SLOT: &str = "2026-12-03T01:00:00Z";
 
 fn database() -> (tempfile::TempDir, Statements, Statements) {
     let dir = tempfile::tempdir().expect("no temporary directory");
@@ -51,30 +52,71 @@ async fn next<T>(
 #[tokio::test]
 async fn a_write_with_an_older_token_changes_no_row_and_a_newer_one_takes_over() {
     let (_dir, a, b) = database();
-    a.schedule(RUN, 10).await.expect("schedule");
     let (old, new) = (FencingToken::from_raw(7), FencingToken::from_raw(9));
+    let claim = |db: &Statements, writer: &'static str, token: FencingToken| {
+        let db = db.clone();
+        async move {
+            db.claim(SLOT, "2026-12-02", 10, 1, writer, token)
+                .await
+                .expect("claim")
+        }
+    };
+    assert!(matches!(claim(&a, "a", old).await, Claim::Owned(_)));
+    // The same term claiming again (its first reply lost) still owns the run.
+    assert!(matches!(claim(&a, "a", old).await, Claim::Owned(_)));
     assert_eq!(
-        a.write_batch(RUN, 1, "a", old).await.expect("write"),
+        a.write_batch(SLOT, 1, "a", old).await.expect("write"),
         Write::Applied
     );
     assert_eq!(
-        a.write_batch(RUN, 2, "a", old).await.expect("write"),
+        a.write_batch(SLOT, 2, "a", old).await.expect("write"),
+        Write::Applied
+    );
+    // A retry with a higher token takes the run over and resumes after batch 2.
+    match claim(&b, "b", new).await {
+        Claim::Owned(run) => assert_eq!(run.batches_done, 2),
+        Claim::Deposed => panic!("a newer token must take the run over"),
+    }
+    assert_eq!(
+        b.write_batch(SLOT, 3, "b", new).await.expect("write"),
         Write::Applied
     );
     assert_eq!(
-        b.write_batch(RUN, 3, "b", new).await.expect("write"),
-        Write::Applied
-    );
-    assert_eq!(
-        a.write_batch(RUN, 4, "a", old).await.expect("write"),
+        a.write_batch(SLOT, 4, "a", old).await.expect("write"),
         Write::Deposed,
         "an older token must change no row"
     );
-    let run = b.run(RUN).await.expect("read").expect("the run exists");
+    assert_eq!(
+        claim(&a, "a", old).await,
+        Claim::Deposed,
+        "an older token must not claim the run back"
+    );
+    let run = b.run(SLOT).await.expect("read").expect("the run exists");
     assert_eq!((run.batches_done, run.fencing_token), (3, new));
     assert_eq!(run.updated_by.as_deref(), Some("b"));
 }
 
+#[test]
+fn the_business_date_is_the_day_before_the_slot_in_the_jobs_zone() {
+    let oslo: chrono_tz::Tz = "Europe/Oslo".parse().unwrap();
+    // 02:00 in Oslo on 3 December is 01:00 UTC; 00:30 in Oslo is still 2 December in UTC.
+    let at = |key: &str| Schedule::parse_key(key).unwrap();
+    assert_eq!(
+        statement_job::business_date(at("2026-12-03T01:00:00Z"), oslo),
+        "2026-12-02"
+    );
+    assert_eq!(
+        statement_job::business_date(at("2026-12-02T23:30:00Z"), oslo),
+        "2026-12-02"
+    );
+    assert_eq!(
+        statement_job::business_date(at("2026-12-02T23:30:00Z"), chrono_tz::UTC),
+        "2026-12-01"
+    );
+}
+
+/// Leader a runs a slot; its session is expired halfway; b re-runs the same slot with attempt 2
+/// and a higher token, resumes after a's last batch, and a's late write changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deposed_statement_job_leader_cannot_write_and_the_row_keeps_its_successors_token() {
     if !common::zookeeper() {
@@ -83,72 +125,84 @@ async fn deposed_statement_job_leader_cannot_write_and_the_row_keeps_its_success
     let server = common::shared_server().await;
     let path = testing::unique_path("statement-job");
     let (_dir, db_a, db_b) = database();
-    db_a.schedule(RUN, 1_000).await.expect("schedule");
-    let pace = Duration::from_millis(50);
     let (progress_tx, mut progress) = mpsc::unbounded_channel();
+    let job = |db: &Statements| StatementJob {
+        db: db.clone(),
+        zone: chrono_tz::UTC,
+        total_batches: 1_000,
+        pace: Duration::from_millis(50),
+        progress: progress_tx.clone(),
+    };
+    let schedule = Schedule::every(Duration::from_secs(1)).expect("schedule");
 
     // Instance a reaches ZooKeeper through a proxy, so that its session can be expired behind it.
     let proxy_a = common::proxy_to(server).await;
     let session_a = common::session(&proxy_a.connect_string(), Duration::from_secs(4)).await;
-    let selector_a = statement_job::start_replica(
-        &session_a,
-        &path,
-        "a",
-        db_a.clone(),
-        RUN,
-        pace,
-        progress_tx.clone(),
-    )
-    .await
-    .expect("instance a did not start");
-    let (token_a, last_a) = next(
+    let job_a = statement_job::start_replica(&session_a, &path, "a", schedule.clone(), job(&db_a))
+        .await
+        .expect("instance a did not start");
+    let (slot, token_a, last_a) = next(
         &mut progress,
         "a batch written by instance a",
         |p| match p {
             Progress::Wrote {
+                slot,
                 writer,
                 token,
                 batch,
-            } if writer == "a" => Some((*token, *batch)),
+            } if writer == "a" => Some((slot.clone(), *token, *batch)),
             _ => None,
         },
     )
     .await;
 
     let session_b = common::session(server.connect_string(), Duration::from_secs(4)).await;
-    let selector_b = statement_job::start_replica(
-        &session_b,
-        &path,
-        "b",
-        db_b.clone(),
-        RUN,
-        pace,
-        progress_tx.clone(),
-    )
-    .await
-    .expect("instance b did not start");
+    let job_b = statement_job::start_replica(&session_b, &path, "b", schedule, job(&db_b))
+        .await
+        .expect("instance b did not start");
 
     // Depose a: its session is expired on the server (Curator's KillSession).
     common::expire_behind(server, &proxy_a, &session_a).await;
-    next(&mut progress, "instance a to stop its job", |p| {
+    next(&mut progress, "instance a to stop its run", |p| {
         matches!(p, Progress::Stopped { writer, .. } if writer == "a").then_some(())
     })
     .await;
+    let (attempt_b, recovering_b) = next(
+        &mut progress,
+        "instance b to run the cut-off slot again",
+        |p| match p {
+            Progress::Started {
+                slot: s,
+                writer,
+                attempt,
+                recovering,
+                ..
+            } if writer == "b" && *s == slot => Some((*attempt, *recovering)),
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!(
+        (attempt_b, recovering_b),
+        (2, true),
+        "the successor runs the cut-off slot {slot} as attempt 2, recovering"
+    );
     let (token_b, batch_b) = next(
         &mut progress,
         "a batch written by instance b",
         |p| match p {
             Progress::Wrote {
+                slot: s,
                 writer,
                 token,
                 batch,
-            } if writer == "b" => Some((*token, *batch)),
+            } if writer == "b" && *s == slot => Some((*token, *batch)),
             _ => None,
         },
     )
     .await;
     eprintln!(
-        "instance a: token {token_a}, last batch {last_a}; instance b: token {token_b}, batch {batch_b}"
+        "slot {slot}: instance a token {token_a}, last batch {last_a}; instance b token {token_b}, batch {batch_b}"
     );
     assert!(
         token_b > token_a,
@@ -161,7 +215,7 @@ async fn deposed_statement_job_leader_cannot_write_and_the_row_keeps_its_success
 
     // a's stale write, as a paused job would send it on waking: zero rows change.
     let stale = db_a
-        .write_batch(RUN, batch_b + 1, "a", token_a)
+        .write_batch(&slot, batch_b + 1, "a", token_a)
         .await
         .expect("the stale write failed instead of being rejected");
     assert_eq!(
@@ -169,16 +223,20 @@ async fn deposed_statement_job_leader_cannot_write_and_the_row_keeps_its_success
         Write::Deposed,
         "the deposed leader's write changed the run"
     );
-    let run = db_b.run(RUN).await.expect("read").expect("the run exists");
-    assert!(
-        run.fencing_token >= token_b,
+    let run = db_b
+        .run(&slot)
+        .await
+        .expect("read")
+        .expect("the run exists");
+    assert_eq!(
+        run.fencing_token, token_b,
         "the run carries token {}, not the successor's {token_b}",
         run.fencing_token
     );
-    assert_eq!(run.updated_by.as_deref(), Some("b"));
+    assert_eq!((run.updated_by.as_deref(), run.attempt), (Some("b"), 2));
 
-    selector_a.close().await.expect("close a");
-    selector_b.close().await.expect("close b");
+    job_a.close().await.expect("close a");
+    job_b.close().await.expect("close b");
     session_a.close().await.expect("close session a");
     session_b.close().await.expect("close session b");
 }
