@@ -41,7 +41,7 @@ pub enum Error {
     /// never comes due, a time zone that is not in the IANA database, a zero interval.
     #[error("invalid {what}: {reason}")]
     InvalidSchedule {
-        /// `cron expression`, `time zone` or `interval`.
+        /// `cron expression`, `time zone`, `interval`, or `schedule` (none was given).
         what: &'static str,
         /// What was wrong, with the value as given.
         reason: String,

@@ -11,7 +11,8 @@
 //! decide how many times it runs, so clock skew between replicas can delay a run but never
 //! double it.
 //!
-//! The protocol, each policy and the failure table are in `recipes/scheduled-job.md`.
+//! The protocol, each policy and the failure table are in `recipes/scheduled-job.md`, included
+//! below.
 //!
 //! # Examples
 //! ```no_run
@@ -31,6 +32,8 @@
 //! # job.close().await?;
 //! # Ok(()) }
 //! ```
+
+#![doc = include_str!("../../recipes/scheduled-job.md")]
 
 mod record;
 mod schedule;
@@ -1303,12 +1306,14 @@ impl<'a> TermRun<'a> {
             .collect();
         pending.sort();
         for (nominal_ms, key, attempt, recovering) in pending {
+            // A trigger's re-run must not move the cursor (`Some(0)`: taken up already).
+            let trigger = key.starts_with("trigger-").then_some(0);
             self.queue.push_back(Work {
                 key,
                 nominal_ms,
                 attempt,
                 recovering,
-                trigger: None,
+                trigger,
             });
         }
     }
@@ -1610,24 +1615,25 @@ impl<'a> TermRun<'a> {
         };
         self.run_started = Some((self.now(), Instant::now()));
         let span = info_span!("slot", slot = %key, attempt = work.attempt);
-        let mut task = tokio::spawn(job.run(run).instrument(span));
+        // Aborted when dropped: if the selector aborts this loop, the run goes with it.
+        let mut task = AbortOnDrop(tokio::spawn(job.run(run).instrument(span)));
         let end = loop {
             let control_changed = Arc::clone(&self.control_changed);
             tokio::select! {
                 biased;
-                joined = &mut task => {
+                joined = &mut task.0 => {
                     break match joined {
                         Ok(result) => RunEnd::Returned(result.map_err(|e| e.to_string())),
                         Err(e) => RunEnd::Returned(Err(format!("the job's task failed: {e}"))),
                     };
                 }
                 _ = self.term.cancelled() => {
-                    match tokio::time::timeout(self.inner.grace, &mut task).await {
+                    match tokio::time::timeout(self.inner.grace, &mut task.0).await {
                         Ok(Ok(result)) => break RunEnd::Returned(result.map_err(|e| e.to_string())),
                         Ok(Err(_)) => break RunEnd::CutOff,
                         Err(_) => {
                             warn!(slot = %key, grace = ?self.inner.grace, "the run outlived its term and grace; aborting it");
-                            task.abort();
+                            task.0.abort();
                             break RunEnd::CutOff;
                         }
                     }
@@ -1880,5 +1886,14 @@ fn new_version(results: &[FencedResult], index: usize) -> Option<i32> {
         Some(FencedResult::DataSet { version }) => Some(*version),
         Some(FencedResult::Created { .. }) => Some(0),
         _ => None,
+    }
+}
+
+/// A task handle that aborts its task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

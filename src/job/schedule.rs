@@ -34,7 +34,7 @@ pub(crate) const MAX_WALK: u64 = 10_000;
 ///
 /// let nightly = Schedule::cron("0 2 * * *", "Europe/Oslo")?;
 /// // 2026-12-03T00:00:00Z; the next slot is 02:00 in Oslo, 01:00 UTC.
-/// let next = nightly.next_after(1_764_720_000_000).unwrap();
+/// let next = nightly.next_after(1_796_256_000_000).unwrap();
 /// assert_eq!(Schedule::key(next), "2026-12-03T01:00:00Z");
 ///
 /// let every_minute = Schedule::every(Duration::from_secs(60))?;
@@ -249,7 +249,7 @@ impl Schedule {
     }
 
     /// How many slots lie in `(after_ms, up_to_ms]`: exact for an interval, counted up to
-    /// [`MAX_WALK`] for a cron expression (`(count, true)` when there were more).
+    /// 10,000 (`MAX_WALK`) for a cron expression (`(count, true)` when there were more).
     pub fn count_between(&self, after_ms: i64, up_to_ms: i64) -> (u64, bool) {
         if up_to_ms <= after_ms {
             return (0, false);
