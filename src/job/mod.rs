@@ -1100,12 +1100,17 @@ impl<'a> TermRun<'a> {
         loop {
             match self.step(job, &mut late).await {
                 Ok(()) => failures = 0,
-                Err(Stop::Failed(e @ (Error::ConnectionLoss | Error::Timeout(_)))) => {
-                    // A write whose reply was lost, or a read that failed: read everything
-                    // again and decide afresh. A claim that did land is found `running` and
-                    // handled as cut off (its run never started).
+                Err(Stop::Failed(e)) if needs_reload(&e) => {
+                    // A write whose reply was lost, a read that failed, or a compare-and-set
+                    // that lost to an operator: read everything again and decide afresh. A
+                    // claim that did land is found `running` and handled as cut off (its run
+                    // never started).
                     failures += 1;
-                    debug!(error = %e, failures, "the job's loop lost its connection; reloading");
+                    if failures > 3 {
+                        warn!(error = %e, failures, "the job's loop keeps failing; reloading");
+                    } else {
+                        debug!(error = %e, failures, "the job's loop reloads its state");
+                    }
                     tokio::select! {
                         _ = self.term.cancelled() => return Err(Stop::TermOver),
                         _ = tokio::time::sleep(crate::session::retry_backoff(failures, TICK)) => {}
@@ -1887,6 +1892,18 @@ fn new_version(results: &[FencedResult], index: usize) -> Option<i32> {
         Some(FencedResult::Created { .. }) => Some(0),
         _ => None,
     }
+}
+
+/// Whether an error of the leader's loop is cured by reading the job's nodes again: a lost
+/// connection, or a compare-and-set that found the nodes changed (an operator's `resolve`).
+fn needs_reload(e: &Error) -> bool {
+    use zookeeper_client::Error as Zk;
+    matches!(
+        e,
+        Error::ConnectionLoss
+            | Error::Timeout(_)
+            | Error::Zookeeper(Zk::BadVersion | Zk::NodeExists | Zk::NoNode)
+    )
 }
 
 /// A task handle that aborts its task when dropped.
