@@ -922,3 +922,64 @@ async fn a_name_is_a_job_under_cron() {
     let records = history(connect, &name).await;
     assert!(!records.is_empty(), "no history under /cron/{name}");
 }
+
+#[tokio::test]
+async fn sigterm_mid_slot_stops_cmd_and_leaves_the_slot_to_the_next_leader() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-sigterm");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let script = appending(&file, "3");
+    let args = ["--every", "1s"];
+    let mut groups = Groups::default();
+
+    let mut a = replica(connect, "a", STEADY, &path, &args, &script);
+    let (started, cmd) = next_slot(&mut a, "a started no slot").await;
+    let pgid = groups.add(&cmd);
+    let slot = started.str("slot").to_owned();
+    a.signal(Signal::SIGTERM);
+    let signalled = a
+        .wait_for("cmd_signalled", BOUND, "a did not stop its command")
+        .await;
+    assert_eq!(signalled.str("reason"), "shutdown", "{}", signalled.json);
+    // CMD was running: zkr exits with its code (SIGTERM: 143).
+    assert_eq!(a.exit(BOUND, "a after SIGTERM").await.code(), Some(143));
+    assert!(group_gone(pgid), "a's command group outlived a");
+    let lines = a.all_lines(BOUND).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.event() == "slot_abandoned" && l.json["slot"] == slot.as_str()),
+        "a did not leave the slot open\n{}",
+        a.context()
+    );
+    assert!(
+        !lines.iter().any(|l| l.event() == "slot_finished"),
+        "a recorded the stopped slot's end\n{}",
+        a.context()
+    );
+    assert_eq!(
+        record(&history(connect, &path).await, &slot)["state"],
+        "running"
+    );
+
+    // The next replica takes it up at once (a deleted its node), as a cut-off slot.
+    let mut b = replica(connect, "b", STEADY, &path, &args, &script);
+    let rerun = slot_event(
+        &mut b,
+        "slot_started",
+        &slot,
+        BOUND,
+        "b did not take the slot up",
+    )
+    .await;
+    assert_eq!(rerun.int("attempt"), 2, "{}", rerun.json);
+    assert!(rerun.int("token") > started.int("token"), "{}", rerun.json);
+    let done = slot_event(&mut b, "slot_finished", &slot, BOUND, "b did not finish it").await;
+    assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
+    stop(&mut b).await;
+}
