@@ -983,3 +983,40 @@ async fn sigterm_mid_slot_stops_cmd_and_leaves_the_slot_to_the_next_leader() {
     assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
     stop(&mut b).await;
 }
+
+#[tokio::test]
+async fn a_job_path_the_server_refuses_exits_1_saying_why() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    // A job path that is an ephemeral node cannot have an election under it.
+    let path = testing::unique_path("cron-refused");
+    let (parent, _) = path.rsplit_once('/').expect("an absolute path");
+    let acl = zookeeper_client::Acls::anyone_all();
+    zk.mkdir(
+        parent,
+        &zookeeper_client::CreateMode::Persistent.with_acls(acl),
+    )
+    .await
+    .expect("parent made");
+    zk.create(
+        &path,
+        b"",
+        &zookeeper_client::CreateMode::Ephemeral.with_acls(acl),
+    )
+    .await
+    .expect("ephemeral job path made");
+    let (status, _, err) = zkr_output(
+        connect,
+        &["cron", "run", &path, "--every", "1s", "--", "true"],
+    )
+    .await;
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the scheduled job stopped") && err.contains("ephemeral"),
+        "zkr should say why: {err}"
+    );
+}

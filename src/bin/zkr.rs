@@ -411,7 +411,8 @@ struct CronRunArgs {
     /// Slots every DURATION, on the Unix epoch's grid (`1m`: on the minute, UTC)
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     every: Option<Duration>,
-    /// Slots at the instants of a cron expression (5 to 7 fields) in --tz
+    /// Slots at the instants of a cron expression in --tz (five fields, or six with seconds
+    /// first)
     #[arg(long, value_name = "EXPR")]
     cron: Option<String>,
     /// The IANA time zone of --cron [default: UTC]
