@@ -441,8 +441,9 @@ async fn leader_killed_mid_slot_is_rerun_once_by_the_successor_with_attempt_2() 
     let done = slot_event(&mut b, "slot_finished", &slot, BOUND, "b did not finish it").await;
     assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
     eprintln!(
-        "leader killed (SIGKILL) mid-slot {slot}: successor's slot_started (attempt 2) after \
-         {:.0} ms, session timeout {SESSION}",
+        "leader killed (SIGKILL) mid-slot {slot}: attempt 1 by a (token {old_token}) cut off; \
+         b's slot_started (attempt 2, token {}) {:.0} ms after the kill, session timeout {SESSION}",
+        rerun.int("token"),
         ms(took)
     );
     stop(&mut b).await;
@@ -558,8 +559,11 @@ async fn leader_frozen_past_its_session_mid_slot_is_replaced_and_fenced_on_wakin
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     eprintln!(
-        "leader frozen mid-slot {slot}: f1 woke after {:.0} ms frozen, signalled its command \
-         {:.1} ms after SIGCONT ({}), its end of the slot refused: {}",
+        "leader frozen mid-slot {slot}: attempt 1 by f1 (token {old_token}); f2's slot_started \
+         (attempt 2, token {}) {:.0} ms after the freeze; f1 woke after {:.0} ms frozen, \
+         signalled its command {:.1} ms after SIGCONT ({}), its end of the slot refused: {}",
+        rerun.int("token"),
+        ms(rerun.at - frozen),
         ms(woke - frozen),
         ms(first.at - woke),
         first.str("reason"),
