@@ -13,6 +13,19 @@
 //!                                                run CMD while leader (LeaderSelector)
 //!   lock PATH [--timeout D] [--id ID] [--grace D] [--error-policy P] -- CMD [ARGS...]
 //!                                                run CMD while holding an InterProcessMutex
+//!   cron run PATH (--every D | --cron EXPR [--tz ZONE]) [--id ID] [--catch-up latest|all|none]
+//!            [--overlap skip|buffer-one] [--on-crash retry|fail|park] [--max-attempts N]
+//!            [--grace D] [--error-policy P] -- CMD [ARGS...]
+//!                                                run CMD once per due slot while leader
+//!                                                (ScheduledJob)
+//!   cron history PATH [--limit N]                the job's recorded slots, newest first (JSON
+//!                                                array; default limit 100)
+//!   cron status PATH                             the job's state (JSON object)
+//!   cron trigger PATH                            have the leader run CMD now as slot trigger-N;
+//!                                                prints N
+//!   cron pause PATH | cron resume PATH           record due slots skipped (`paused`) / run
+//!                                                them again
+//!   cron resolve PATH SLOT (--done | --rerun)    settle a parked slot: succeeded, or run again
 //! ```
 //!
 //! `--error-policy` (`standard`, the default, or `session-expired`) is the recipe's
@@ -24,21 +37,45 @@
 //!
 //! HOSTS defaults to `$ZK_CONNECT`, else `127.0.0.1:2181`; DURATION is humantime (`3s`,
 //! `500ms`), the session timeout defaults to 10 s. A PATH without a leading `/` is a name under
-//! `/election`. Tracing logs go to stderr when `ZKR_LOG` is set (an `EnvFilter`, e.g.
+//! `/election`, for `cron` under `/cron`. Tracing logs go to stderr when `ZKR_LOG` is set (an `EnvFilter`, e.g.
 //! `ZKR_LOG=zookeeper_recipes=debug`).
 //!
 //! # Events
 //! One JSON object per line, flushed at once: on stdout for `latch` and `watch`, on stderr for
-//! `run` and `lock` (whose stdout belongs to CMD).
+//! `run`, `lock` and `cron run` (whose stdout belongs to CMD).
 //!
 //! ```text
 //! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS,"started_mono_ns":NS}
 //! {"event":"not_leader","id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"ts_ms":MS,"ended_mono_ns":NS}
 //! {"event":"state","state":"connected|suspended|reconnected|lost|read_only","id":ID,"path":NODE|null,"ts_ms":MS}
-//! {"event":"cmd_started","pid":PID,"token":CZXID,"ts_ms":MS}              (run, lock)
-//! {"event":"cmd_signalled","signal":"SIGTERM|SIGKILL","reason":R,"ts_ms":MS} (run, lock)
-//! {"event":"cmd_exited","code":CODE,"ts_ms":MS}                           (run, lock)
+//! {"event":"cmd_started","pid":PID,"token":CZXID,"ts_ms":MS}              (run, lock, cron run)
+//! {"event":"cmd_signalled","signal":"SIGTERM|SIGKILL","reason":R,"ts_ms":MS} (run, lock, cron run)
+//! {"event":"cmd_exited","code":CODE,"ts_ms":MS}                           (run, lock, cron run)
 //! ```
+//!
+//! `cron run` also prints what happens to the job's slots (see [cron run](#cron-run)):
+//!
+//! ```text
+//! {"event":"slot_started","slot":SLOT,"token":CZXID,"attempt":N,"recovering":BOOL,"ts_ms":MS}
+//! {"event":"slot_finished","slot":SLOT,"outcome":"succeeded|failed|parked","exit_code":CODE|null,"reason":R,"ts_ms":MS}
+//! {"event":"slot_skipped","slot":SLOT,"reason":"overlap|paused","ts_ms":MS}
+//! {"event":"slot_missed","from":SLOT,"to":SLOT,"count":N,"reason":"catch_up|overlap|paused","ts_ms":MS}
+//! {"event":"slot_abandoned","slot":SLOT,"token":CZXID,"reason":R,"ts_ms":MS}
+//! {"event":"schedule_changed","from":SPEC,"to":SPEC,"ts_ms":MS}
+//! ```
+//!
+//! `SLOT` is the slot key: the nominal instant in UTC (`2026-12-03T02:00:00Z`, with
+//! milliseconds only when it has any) or `trigger-N`. A run is framed by `slot_started`
+//! (before `cmd_started`) and `slot_finished` (after `cmd_exited`), whose `exit_code` is CMD's
+//! and whose `reason` (absent when it succeeded) is why it failed. A slot cut off in an earlier
+//! term that the new leader does not run again is reported by `slot_finished` too, with outcome
+//! `failed` (`reason` `cut_off` or `max_attempts`) or `parked`, and `exit_code` null.
+//! `slot_skipped` is one slot not run on purpose; `slot_missed` a range of slots recorded as one
+//! (`catch_up`: they came due while no replica ran the job). `slot_abandoned` says that the
+//! record of a run's end was refused because the term was already over (a replica that froze
+//! or lost its session mid-slot): the slot stays `running` for the next leader, which handles
+//! it by `--on-crash`. `schedule_changed` says that this leader's schedule differs from the one
+//! recorded with the job (`from`, `to`: each schedule's canonical text).
 //!
 //! Every line also carries `"mono_ns":NS`, the moment it was written. `ts_ms` is wall-clock time
 //! (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields are the machine's
@@ -97,6 +134,32 @@
 //! 128 + signal so that `zkr lock ... && next` does not go on). CMD is not in the terminal's foreground group: Ctrl-C
 //! goes to zkr, which stops CMD; a CMD that reads the terminal is stopped by SIGTTIN.
 //!
+//! # cron run
+//! Stands for the job at PATH (a `ScheduledJob`: its election is `PATH/leader`, its slot
+//! records `PATH/slots/SLOT`). While this replica leads, each due slot is claimed in ZooKeeper
+//! first (a multi fenced by the leader's node), then CMD runs for it, supervised as `run`
+//! supervises its command: its own process group, stopped at once when the term ends (also
+//! right after a freeze), one slot's CMD at a time. CMD gets `ZK_SLOT` (the slot key),
+//! `ZK_ATTEMPT` (1, or more for a slot cut off before), `ZK_RECOVERING` (`1` when an earlier
+//! run of the slot was cut off or an operator asked for a rerun, else `0`), and
+//! `ZK_FENCING_TOKEN`, `ZK_LEADER_ID`, `ZK_LEADER_PATH` as under `run`: key every side effect by
+//! the slot and fence it by the token. Exit code 0 records the slot `succeeded`, anything else
+//! `failed` (with the code).
+//!
+//! A bad `--cron` expression, `--tz` zone or `--every` interval ends zkr with exit code 1 and the
+//! reason before it connects. SIGINT/SIGTERM stop CMD (reason `shutdown`) and leave the job: a
+//! slot whose CMD was stopped that way is not recorded failed; it stays `running` and the next
+//! leader takes it up by `--on-crash` (like a crash, but at once). zkr then exits with CMD's
+//! exit code if it was running, else 0; with 1 when the server refuses the job's election.
+//!
+//! `cron history`, `status`, `trigger`, `pause`, `resume` and `resolve` need no stake in the
+//! election. `history` prints `[{"slot":SLOT,"state":STATE,"token":CZXID|null,"attempt":N,
+//! "runner":ID|null,"started_ms":MS|null,"ended_ms":MS|null,"exit_code":CODE|null,...},...]`
+//! (extra fields: `nominal_ms`, and `reason`, `error`, `range` where they apply); `STATE` is
+//! `running`, `succeeded`, `failed`, `skipped`, `missed`, `parked` or `pending`. `resolve`
+//! refuses (exit code 1) a slot that is not parked.
+//!
+//! # Parent death
 //! If zkr itself dies, even by SIGKILL, CMD is killed by the kernel (`PR_SET_PDEATHSIG`, set
 //! by a shim: zkr starts itself as `zkr __exec <pid> -- CMD ARGS...`, which then `exec`s CMD).
 //! That covers CMD itself, not the processes CMD forks: those are covered by the group kill when
@@ -112,9 +175,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
+use tokio::sync::broadcast;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::clock::MonotonicTime;
+use zookeeper_recipes::job::{
+    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SlotRun,
+};
 use zookeeper_recipes::process::{
     self, CommandSpec, Outcome, ProcessError, ProcessEvent, ShimArgs, StopReason, SupervisedCommand,
 };
@@ -209,6 +276,9 @@ enum Command {
     Run(RunArgs),
     /// Run CMD while holding an InterProcessMutex, like flock(1) across machines
     Lock(LockArgs),
+    /// A scheduled job (ScheduledJob): run CMD once per slot on one replica; inspect and steer it
+    #[command(subcommand)]
+    Cron(CronCommand),
     /// The parent-death shim: `__exec <supervisor pid> -- CMD [ARGS...]`
     #[command(name = "__exec", hide = true)]
     Exec {
@@ -270,6 +340,136 @@ struct LockArgs {
     supervised: SupervisedArgs,
 }
 
+/// `zkr cron ...`.
+#[derive(Debug, Subcommand)]
+enum CronCommand {
+    /// Stand for the job; while leader, run CMD once per due slot, supervised as `run` does
+    Run(CronRunArgs),
+    /// The recorded slots, newest first, as a JSON array
+    History {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+        /// At most this many slots
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+    },
+    /// The job's state as a JSON object: schedule, paused, leader, cursor, open slots, last slot
+    Status {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Ask the leader to run the job now as an extra slot `trigger-N`; prints N
+    Trigger {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Pause the job: the leader records due slots skipped (`paused`) until `resume`
+    Pause {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Resume a paused job (the slots skipped meanwhile stay skipped)
+    Resume {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Resolve a parked slot: `--done` records it succeeded, `--rerun` has the leader run it again
+    Resolve {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+        /// The parked slot's key, as `history` prints it
+        slot: String,
+        #[command(flatten)]
+        resolution: ResolutionArg,
+    },
+}
+
+/// `--done` or `--rerun`, exactly one.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct ResolutionArg {
+    /// The work was done (checked by hand): record the slot succeeded
+    #[arg(long)]
+    done: bool,
+    /// Run the slot again (attempt + 1)
+    #[arg(long)]
+    rerun: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("schedule").required(true).args(["every", "cron"])))]
+struct CronRunArgs {
+    /// Job path (absolute, or a name under /cron)
+    #[arg(value_parser = parse_cron_path)]
+    path: String,
+    /// Slots every DURATION, on the Unix epoch's grid (`1m`: on the minute, UTC)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    every: Option<Duration>,
+    /// Slots at the instants of a cron expression in --tz (five fields, or six with seconds
+    /// first)
+    #[arg(long, value_name = "EXPR")]
+    cron: Option<String>,
+    /// The IANA time zone of --cron [default: UTC]
+    #[arg(long, value_name = "ZONE", conflicts_with = "every")]
+    tz: Option<String>,
+    /// Slots that came due while no replica ran the job: run the newest (latest), every one in
+    /// order (all), or none; the others are recorded missed
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = CatchUpArg::Latest)]
+    catch_up: CatchUpArg,
+    /// A slot that comes due while the previous one runs: record it skipped, or run the first
+    /// such slot afterwards (buffer-one)
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = OverlapArg::Skip)]
+    overlap: OverlapArg,
+    /// A slot cut off by a crash or a lost term: run it again on the next leader (retry, up to
+    /// --max-attempts), record it failed, or park it until `zkr cron resolve`
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = OnCrashArg::Retry)]
+    on_crash: OnCrashArg,
+    /// How many times a slot is started at most under --on-crash retry
+    #[arg(long, value_name = "N", default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    max_attempts: u32,
+    #[command(flatten)]
+    supervised: SupervisedArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CatchUpArg {
+    Latest,
+    All,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OverlapArg {
+    Skip,
+    BufferOne,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum OnCrashArg {
+    Retry,
+    Fail,
+    Park,
+}
+
+impl CronRunArgs {
+    /// The schedule, checked before anything connects (the typed error's text on failure).
+    fn schedule(&self) -> Result<Schedule, Fail> {
+        let schedule = match (&self.cron, self.every) {
+            (Some(expr), _) => Schedule::cron(expr, self.tz.as_deref().unwrap_or("UTC")),
+            (None, Some(period)) => Schedule::every(period),
+            (None, None) => return Err(Fail("give --every or --cron".into())),
+        };
+        schedule.map_err(|e| Fail(e.to_string()))
+    }
+}
+
 /// `--error-policy`, for the subcommands that hold a term.
 #[derive(Debug, Args)]
 struct PolicyArg {
@@ -300,6 +500,17 @@ impl PolicyArg {
 
 fn parse_path(s: &str) -> Result<String, String> {
     zookeeper_recipes::path::election_path(s).map_err(|e| e.to_string())
+}
+
+/// A job path: absolute, or a name under `/cron`.
+fn parse_cron_path(s: &str) -> Result<String, String> {
+    let path = if s.starts_with('/') {
+        s.to_owned()
+    } else {
+        format!("/cron/{s}")
+    };
+    zookeeper_recipes::path::validate_path(&path).map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 fn parse_id(s: &str) -> Result<String, String> {
@@ -379,6 +590,8 @@ async fn async_main(cli: Cli) -> ExitCode {
         }
         Command::Run(args) => run(&hosts, cli.session_timeout, args).await,
         Command::Lock(args) => lock(&hosts, cli.session_timeout, args).await,
+        Command::Cron(CronCommand::Run(args)) => cron_run(&hosts, cli.session_timeout, args).await,
+        Command::Cron(admin) => cron_admin(&hosts, cli.session_timeout, admin).await,
         Command::Exec { .. } => Err(Fail("__exec is handled before the runtime starts".into())),
     };
     match result {
@@ -490,6 +703,49 @@ enum Event<'a> {
     },
     CmdExited {
         code: i32,
+        ts_ms: u64,
+    },
+    /// `cron run`: this replica claimed a slot and starts CMD for it.
+    SlotStarted {
+        slot: &'a str,
+        token: i64,
+        attempt: u32,
+        recovering: bool,
+        ts_ms: u64,
+    },
+    /// `cron run`: a slot's end was recorded (`parked`/`failed` without a run for a cut-off
+    /// slot a new leader found; `reason` says why).
+    SlotFinished {
+        slot: &'a str,
+        outcome: &'a str,
+        exit_code: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+        ts_ms: u64,
+    },
+    SlotSkipped {
+        slot: &'a str,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    SlotMissed {
+        from: &'a str,
+        to: &'a str,
+        count: u64,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    /// `cron run`: the record of a slot's end was refused (the term was over): the slot stays
+    /// `running` for the next leader.
+    SlotAbandoned {
+        slot: &'a str,
+        token: i64,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    ScheduleChanged {
+        from: &'a str,
+        to: &'a str,
         ts_ms: u64,
     },
 }
@@ -1247,4 +1503,535 @@ async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<
     };
     close_session(&session).await;
     code
+}
+
+// ---------------------------------------------------------------------------------------------
+// cron
+
+/// The slot key `cron run` gives CMD.
+const ENV_SLOT: &str = "ZK_SLOT";
+/// The attempt (1 for a slot's first run) `cron run` gives CMD.
+const ENV_ATTEMPT: &str = "ZK_ATTEMPT";
+/// `1` when the slot was cut off before (or an operator released it) and is run again, else `0`.
+const ENV_RECOVERING: &str = "ZK_RECOVERING";
+
+/// A slot the job hands to zkr's main task, and where the main task answers how CMD ended.
+type SlotRequest = (SlotRun, SlotAnswer);
+
+/// Where the main task answers how a slot's CMD ended (`Err`: the slot failed, and why).
+type SlotAnswer = oneshot::Sender<Result<(), String>>;
+
+/// What `cron run` answers for a slot whose CMD never ran because zkr is going away.
+const SHUTTING_DOWN: &str = "zkr is shutting down: CMD was not started";
+
+fn same_term(a: &Leadership, b: &Leadership) -> bool {
+    a.token() == b.token() && a.path() == b.path()
+}
+
+/// The job's terms as `cron run` reports them: a `leader` line when one begins and one
+/// `not_leader` line when it ends (written by whoever notices first: the supervisor of a
+/// running CMD, the term's end, or the job's watch of its leadership).
+struct Terms<'a> {
+    session: &'a Session,
+    id: &'a str,
+    /// The term of the last `leader` line, and whether its `not_leader` line was written.
+    current: Option<(Leadership, bool)>,
+}
+
+impl<'a> Terms<'a> {
+    fn report<'t>(&self, term: &'t Leadership, not_leader_sent: bool) -> TermReport<'t>
+    where
+        'a: 't,
+    {
+        TermReport {
+            out: Out::Stderr,
+            session: self.session,
+            id: self.id,
+            term,
+            not_leader_sent: Cell::new(not_leader_sent),
+        }
+    }
+
+    /// Follows the job's term to `next`: `not_leader` for the term that is over (unless it was
+    /// written already), `leader` for a new one.
+    fn follow(&mut self, next: Option<&Leadership>) {
+        if let (Some((current, _)), Some(next)) = (&self.current, next)
+            && same_term(current, next)
+        {
+            return;
+        }
+        self.end_current();
+        self.current = None;
+        if let Some(next) = next {
+            self.report(next, false).leader();
+            self.current = Some((next.clone(), false));
+        }
+    }
+
+    /// `not_leader` for the current term, unless it was written already.
+    fn end_current(&mut self) {
+        if let Some((term, sent)) = &self.current
+            && !*sent
+        {
+            let report = self.report(term, false);
+            report.not_leader(term_end_reason(self.session, term, StopReason::TermEnded));
+        }
+        if let Some((_, sent)) = &mut self.current {
+            *sent = true;
+        }
+    }
+
+    /// The current term while its `not_leader` line is still to be written.
+    fn live(&self) -> Option<&Leadership> {
+        self.current
+            .as_ref()
+            .filter(|(_, sent)| !*sent)
+            .map(|(t, _)| t)
+    }
+
+    fn path(&self) -> Option<&str> {
+        self.current.as_ref().map(|(t, _)| t.path())
+    }
+}
+
+fn print_job_event(event: &JobEvent) {
+    let out = Out::Stderr;
+    let ts_ms = now_ms();
+    match event {
+        JobEvent::SlotStarted {
+            slot,
+            token,
+            attempt,
+            recovering,
+        } => out.emit_best_effort(&Event::SlotStarted {
+            slot,
+            token: token.get(),
+            attempt: *attempt,
+            recovering: *recovering,
+            ts_ms,
+        }),
+        JobEvent::SlotFinished {
+            slot,
+            outcome,
+            exit_code,
+            reason,
+        } => out.emit_best_effort(&Event::SlotFinished {
+            slot,
+            outcome: outcome.as_str(),
+            exit_code: *exit_code,
+            reason: reason.as_deref(),
+            ts_ms,
+        }),
+        JobEvent::SlotSkipped { slot, reason } => out.emit_best_effort(&Event::SlotSkipped {
+            slot,
+            reason,
+            ts_ms,
+        }),
+        JobEvent::SlotMissed {
+            from,
+            to,
+            count,
+            reason,
+        } => out.emit_best_effort(&Event::SlotMissed {
+            from,
+            to,
+            count: *count,
+            reason,
+            ts_ms,
+        }),
+        JobEvent::SlotAbandoned {
+            slot,
+            token,
+            reason,
+        } => out.emit_best_effort(&Event::SlotAbandoned {
+            slot,
+            token: token.get(),
+            reason,
+            ts_ms,
+        }),
+        JobEvent::ScheduleChanged { from, to } => {
+            out.emit_best_effort(&Event::ScheduleChanged { from, to, ts_ms });
+        }
+        _ => {}
+    }
+}
+
+/// The job's events, printed as they come; `None` once the job is gone.
+async fn next_job_event(events: &mut broadcast::Receiver<JobEvent>) -> Option<JobEvent> {
+    loop {
+        match events.recv().await {
+            Ok(event) => return Some(event),
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(missed = n, "zkr fell behind the job's events");
+            }
+            Err(broadcast::error::RecvError::Closed) => return None,
+        }
+    }
+}
+
+/// Prints the job's events that have arrived by now (before a slot's CMD starts, so that its
+/// `slot_started` comes first).
+fn print_arrived(events: &mut broadcast::Receiver<JobEvent>) {
+    loop {
+        match events.try_recv() {
+            Ok(event) => print_job_event(&event),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Why the job stopped standing for good, if it did.
+fn job_stopped(job: &ScheduledJob) -> Option<Fail> {
+    job.is_stopped().then(|| match job.failure() {
+        Some(e) => Fail(format!("the scheduled job stopped: {e}")),
+        None => Fail("the scheduled job stopped unexpectedly".into()),
+    })
+}
+
+/// Supervises one slot's CMD as `supervise` does for `run` (the supervisor polled first, so
+/// CMD is signalled before anything else is written after a freeze), and prints the job's
+/// events meanwhile (slots skipped because this one still runs).
+async fn supervise_slot<S>(
+    report: &TermReport<'_>,
+    supervisor: &SupervisedCommand,
+    shutdown: &CancellationToken,
+    signals: &mut Signals,
+    states: &mut S,
+    events: &mut broadcast::Receiver<JobEvent>,
+) -> Result<Outcome, ProcessError>
+where
+    S: Stream<Item = SessionStatus> + Unpin,
+{
+    let run = supervisor.run(report.term, |event| report.process_event(event));
+    tokio::pin!(run);
+    let mut events_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            outcome = &mut run => return outcome,
+            _ = signals.recv(), if !shutdown.is_cancelled() => shutdown.cancel(),
+            Some(status) = states.next() => {
+                report.out.state(&status, report.id, Some(report.term.path()));
+            }
+            event = next_job_event(events), if events_open => match event {
+                Some(event) => print_job_event(&event),
+                None => events_open = false,
+            },
+        }
+    }
+}
+
+async fn cron_run(
+    hosts: &str,
+    session_timeout: Duration,
+    args: CronRunArgs,
+) -> Result<ExitCode, Fail> {
+    // Before anything connects: a bad expression, zone or interval is the caller's to fix.
+    let schedule = args.schedule()?;
+    let mut signals = Signals::new()?;
+    let grace = args.supervised.grace;
+    let cmd = command_spec(args.supervised.command)?;
+    if let Err(e) = process::become_child_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
+    }
+    let session = connect(hosts, session_timeout).await?;
+
+    // The job's closure hands each slot to this task and waits for CMD's outcome: everything
+    // that prints or signals runs here, in the order it happens.
+    let (slot_tx, mut slot_rx) = mpsc::channel::<SlotRequest>(1);
+    let mut builder = ScheduledJob::builder(&session, &args.path)
+        .schedule(schedule)
+        .catch_up(match args.catch_up {
+            CatchUpArg::Latest => CatchUp::Latest,
+            CatchUpArg::All => CatchUp::All,
+            CatchUpArg::None => CatchUp::None,
+        })
+        .overlap(match args.overlap {
+            OverlapArg::Skip => Overlap::Skip,
+            OverlapArg::BufferOne => Overlap::BufferOne,
+        })
+        .on_crash(match args.on_crash {
+            OnCrashArg::Retry => OnCrash::Retry,
+            OnCrashArg::Fail => OnCrash::Fail,
+            OnCrashArg::Park => OnCrash::Park,
+        })
+        .max_attempts(args.max_attempts)
+        // zkr stops CMD itself (SIGTERM, --grace, SIGKILL); the job waits well beyond that, so
+        // it never aborts a run whose CMD may still be alive.
+        .grace(grace * 2 + Duration::from_secs(5))
+        .error_policy(args.supervised.policy.policy());
+    if let Some(id) = args.supervised.id {
+        builder = builder.id(id);
+    }
+    let started = match builder.build() {
+        Ok(prepared) => {
+            prepared
+                .start(move |run: SlotRun| {
+                    let slot_tx = slot_tx.clone();
+                    async move {
+                        let (done_tx, done_rx) = oneshot::channel();
+                        if slot_tx.send((run, done_tx)).await.is_err() {
+                            return Err(SHUTTING_DOWN.to_owned());
+                        }
+                        done_rx
+                            .await
+                            .unwrap_or_else(|_| Err("zkr stopped before CMD ended".to_owned()))
+                    }
+                })
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    let job = match started {
+        Ok(job) => job,
+        Err(e) => {
+            close_session(&session).await;
+            return Err(Fail(format!("cannot start the job {}: {e}", args.path)));
+        }
+    };
+    // Subscribed before the job's tasks first run (nothing awaited since `start`).
+    let mut events = job.events();
+    let mut leadership = job.leadership();
+    let id = job.id().to_owned();
+    let out = Out::Stderr;
+    let states = session.state_changes();
+    tokio::pin!(states);
+    let shutdown = CancellationToken::new();
+    let mut terms = Terms {
+        session: &session,
+        id: &id,
+        current: None,
+    };
+    let mut code = ExitCode::SUCCESS;
+    let mut failure: Option<Fail> = None;
+    // A slot whose CMD zkr stopped on SIGINT/SIGTERM: answered only once the term is over, so
+    // that its end is refused and the slot stays `running` for the next leader (a cut-off slot,
+    // as `ScheduledJob::close` has it), rather than recorded failed by CMD's exit code.
+    let mut interrupted: Option<(Leadership, SlotAnswer, Result<(), String>)> = None;
+    let mut events_open = true;
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    loop {
+        let term_end = terms.live().map(Leadership::cancelled);
+        tokio::select! {
+            biased;
+            _ = signals.recv() => break,
+            request = slot_rx.recv() => {
+                let Some((run, done)) = request else {
+                    failure = Some(job_stopped(&job).unwrap_or_else(|| {
+                        Fail("the scheduled job stopped unexpectedly".into())
+                    }));
+                    break;
+                };
+                let term = run.leadership().clone();
+                terms.follow(Some(&term));
+                print_arrived(&mut events);
+                let spec = cmd
+                    .clone()
+                    .env(ENV_SLOT, run.slot())
+                    .env(ENV_ATTEMPT, run.attempt().to_string())
+                    .env(ENV_RECOVERING, if run.is_recovering() { "1" } else { "0" });
+                let supervisor = SupervisedCommand::new(spec)
+                    .grace(grace)
+                    .shutdown(shutdown.clone());
+                let sent = terms.current.as_ref().is_some_and(|(_, sent)| *sent);
+                let report = terms.report(&term, sent);
+                let result = supervise_slot(
+                    &report,
+                    &supervisor,
+                    &shutdown,
+                    &mut signals,
+                    &mut states,
+                    &mut events,
+                )
+                .await;
+                let sent = report.not_leader_sent.get();
+                if let Some((_, s)) = &mut terms.current {
+                    *s = sent;
+                }
+                let answer = match &result {
+                    Ok(outcome) => {
+                        let c = outcome.exit.code();
+                        run.set_exit_code(c);
+                        if c == 0 {
+                            Ok(())
+                        } else {
+                            Err(format!("CMD exited with code {c}"))
+                        }
+                    }
+                    Err(ProcessError::NotLeader) => {
+                        Err("the term was over before CMD could start".to_owned())
+                    }
+                    Err(e) => Err(format!("CMD did not run: {e}")),
+                };
+                if shutdown.is_cancelled() {
+                    // CMD was running when the signal came: exit with its code.
+                    if let Ok(outcome) = &result {
+                        code = exit_code(outcome.exit.code());
+                    }
+                    if matches!(&result, Ok(o) if o.stopped == Some(StopReason::Shutdown)) {
+                        interrupted = Some((term, done, answer));
+                    } else {
+                        let _ = done.send(answer);
+                    }
+                    break;
+                }
+                let _ = done.send(answer);
+            }
+            changed = leadership.changed() => {
+                if changed.is_err() {
+                    failure = job_stopped(&job);
+                    break;
+                }
+                let next = leadership.borrow_and_update().clone();
+                terms.follow(next.as_ref());
+                if let Some(f) = job_stopped(&job) {
+                    failure = Some(f);
+                    break;
+                }
+            }
+            _ = async {
+                match term_end {
+                    Some(ended) => ended.await,
+                    None => std::future::pending().await,
+                }
+            } => terms.end_current(),
+            event = next_job_event(&mut events), if events_open => match event {
+                Some(event) => print_job_event(&event),
+                None => events_open = false,
+            },
+            Some(status) = states.next() => out.state(&status, &id, terms.path()),
+            _ = check.tick() => {
+                if let Some(f) = job_stopped(&job) {
+                    failure = Some(f);
+                    break;
+                }
+            }
+        }
+    }
+
+    // Leave the election: the term ends (a slot still running is cut off and stays `running`
+    // for the next leader) and our node is deleted at once.
+    let close = job.close();
+    tokio::pin!(close);
+    let bound = tokio::time::sleep(session_timeout + grace * 2 + Duration::from_secs(15));
+    tokio::pin!(bound);
+    let mut closed: Option<zookeeper_recipes::Result<()>> = None;
+    let mut requests_open = true;
+    while closed.is_none() {
+        let held = interrupted.as_ref().map(|(term, ..)| term.cancelled());
+        tokio::select! {
+            biased;
+            r = &mut close => closed = Some(r),
+            _ = async {
+                match held {
+                    Some(ended) => ended.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((_, done, answer)) = interrupted.take() {
+                    let _ = done.send(answer);
+                }
+            }
+            request = slot_rx.recv(), if requests_open => match request {
+                Some((_, done)) => {
+                    let _ = done.send(Err(SHUTTING_DOWN.to_owned()));
+                }
+                None => requests_open = false,
+            },
+            event = next_job_event(&mut events), if events_open => match event {
+                Some(event) => print_job_event(&event),
+                None => events_open = false,
+            },
+            _ = &mut bound => {
+                tracing::warn!("the job did not finish closing in time");
+                break;
+            }
+        }
+    }
+    print_arrived(&mut events);
+    terms.follow(None);
+    close_session(&session).await;
+    if let Some(Err(e)) = closed {
+        failure.get_or_insert(Fail(format!("closing the job failed: {e}")));
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(code),
+    }
+}
+
+async fn cron_admin(
+    hosts: &str,
+    session_timeout: Duration,
+    command: CronCommand,
+) -> Result<ExitCode, Fail> {
+    let session = connect(hosts, session_timeout).await?;
+    let result = cron_admin_on(&session, command).await;
+    close_session(&session).await;
+    if let Some(text) = result? {
+        println!("{text}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One admin command; what to print on stdout.
+async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option<String>, Fail> {
+    let admin = |path: &str| JobAdmin::new(session, path).map_err(Fail::from);
+    match command {
+        CronCommand::History { path, limit } => {
+            let history = admin(&path)?
+                .history(limit)
+                .await
+                .map_err(|e| Fail(format!("cannot read the history of {path}: {e}")))?;
+            Ok(Some(serde_json::to_string(&history)?))
+        }
+        CronCommand::Status { path } => {
+            let status = admin(&path)?
+                .status()
+                .await
+                .map_err(|e| Fail(format!("cannot read the status of {path}: {e}")))?;
+            Ok(Some(serde_json::to_string(&status)?))
+        }
+        CronCommand::Trigger { path } => {
+            let n = admin(&path)?
+                .trigger()
+                .await
+                .map_err(|e| Fail(format!("cannot trigger {path}: {e}")))?;
+            Ok(Some(n.to_string()))
+        }
+        CronCommand::Pause { path } => {
+            admin(&path)?
+                .pause()
+                .await
+                .map_err(|e| Fail(format!("cannot pause {path}: {e}")))?;
+            Ok(None)
+        }
+        CronCommand::Resume { path } => {
+            admin(&path)?
+                .resume()
+                .await
+                .map_err(|e| Fail(format!("cannot resume {path}: {e}")))?;
+            Ok(None)
+        }
+        CronCommand::Resolve {
+            path,
+            slot,
+            resolution,
+        } => {
+            let how = if resolution.done {
+                Resolution::Done
+            } else {
+                Resolution::Rerun
+            };
+            admin(&path)?
+                .resolve(&slot, how)
+                .await
+                .map_err(|e| Fail(format!("cannot resolve {slot} of {path}: {e}")))?;
+            Ok(None)
+        }
+        CronCommand::Run(_) => Err(Fail("cron run is not an admin command".into())),
+    }
 }

@@ -667,6 +667,12 @@ impl ScheduledJob {
         self.selector.close().await
     }
 
+    /// Why the job's election stopped for good, if the server refused it (as
+    /// [`LeaderSelector::failure`]).
+    pub fn failure(&self) -> Option<Error> {
+        self.selector.failure()
+    }
+
     /// Whether the job stopped standing for good: closed, or its election refused for good.
     pub fn is_stopped(&self) -> bool {
         matches!(
