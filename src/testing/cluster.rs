@@ -490,6 +490,28 @@ impl std::fmt::Debug for TestingCluster {
     }
 }
 
+impl Drop for TestingCluster {
+    /// Keeps the directory (data, `zoo.cfg`, `zookeeper.log` of every server) when the cluster
+    /// is dropped by a panic, such as a failed assertion, or when `ZKR_TEST_KEEP=1`, and says
+    /// where it is: a rare failure can then be read afterwards.
+    fn drop(&mut self) {
+        if let Servers::Process { _dir: dir, .. } = &mut self.servers
+            && (std::thread::panicking() || super::keep_wanted())
+        {
+            dir.disable_cleanup(true);
+            let logs = if super::server_logs_wanted() {
+                ""
+            } else {
+                " (server logs only with ZKR_TEST_ZK_LOG=1)"
+            };
+            super::provision::say(format_args!(
+                "zookeeper-recipes test harness: kept the ensemble's directory {}{logs}",
+                dir.path().display()
+            ));
+        }
+    }
+}
+
 impl TestingCluster {
     /// Starts an ensemble of `servers` with the default settings and waits for its leader.
     ///
@@ -889,12 +911,34 @@ impl TestingCluster {
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(HarnessError::Timeout {
-                    what: "no server of the ensemble became leader".to_owned(),
+                    what: format!(
+                        "no server of the ensemble became leader; last lines of the logs:\n{}",
+                        self.log_tails()
+                    ),
                     timeout,
                 });
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+impl TestingCluster {
+    /// The last lines of every server's log, each under its address.
+    fn log_tails(&self) -> String {
+        (0..self.len())
+            .map(|i| {
+                let tail = match &self.servers {
+                    Servers::Process { nodes, .. } => {
+                        nodes.get(i).map(ServerNode::log_tail).unwrap_or_default()
+                    }
+                    #[cfg(feature = "docker")]
+                    Servers::Docker(d) => d.log_tail(i),
+                };
+                format!("--- {}:\n{tail}", self.addresses[i])
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
