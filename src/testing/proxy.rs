@@ -355,7 +355,7 @@ async fn connection(
 }
 
 /// How often a held connection retries its refused upstream.
-const HOLD_RETRY: Duration = Duration::from_millis(20);
+const HOLD_RETRY: Duration = Duration::from_millis(50);
 /// The most a held connection buffers of what its client sends before the upstream answers.
 const MAX_EARLY: usize = 64 * 1024;
 
@@ -381,7 +381,11 @@ async fn connect_upstream(
     let mut chunk = vec![0u8; 4096];
     loop {
         if let Ok(server) = TcpStream::connect(&upstream.address).await {
-            return Some(server);
+            if !is_self_connected(&server) {
+                return Some(server);
+            }
+            // Dropped at once: it holds the very port the peer is about to bind.
+            drop(server);
         }
         if tokio::time::Instant::now() >= deadline {
             return None;
@@ -401,6 +405,14 @@ async fn connect_upstream(
         // A blackhole that began meanwhile keeps the server from seeing the connection, as above.
         passable(mode, Direction::Up).await;
     }
+}
+
+/// Whether a connect to a loopback port nobody listens on was answered by the socket itself
+/// (TCP simultaneous open: the kernel picked the destination port as the source port). Retried
+/// connects to a port in the ephemeral range hit this sooner or later, and such a socket keeps
+/// the port from the server that is about to listen on it.
+fn is_self_connected(stream: &TcpStream) -> bool {
+    matches!((stream.local_addr(), stream.peer_addr()), (Ok(local), Ok(peer)) if local == peer)
 }
 
 /// Which way a pump copies.
@@ -574,6 +586,27 @@ mod tests {
         })
         .await
         .expect("no connection left in the proxy");
+    }
+
+    /// The hold retries connects to a port nobody listens on; one that the kernel answers with
+    /// the socket itself (same source and destination port) must not count as the peer.
+    #[tokio::test]
+    async fn a_socket_connected_to_itself_is_told_apart() {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, unused_port()));
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(address).expect("bind");
+        let looped = socket
+            .connect(address)
+            .await
+            .expect("a simultaneous open with itself");
+        assert!(is_self_connected(&looped));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("listener");
+        let real = TcpStream::connect(listener.local_addr().expect("address"))
+            .await
+            .expect("connect");
+        assert!(!is_self_connected(&real));
     }
 
     /// A client-facing proxy keeps resetting at once a connection its server refuses.
