@@ -252,12 +252,17 @@ impl TestingClusterBuilder {
         let port = |k: usize| ports.get(k).copied().unwrap_or_default();
         let quorum = |i: usize| format!("127.0.0.1:{}", port(3 * i + 1));
         let election = |i: usize| format!("127.0.0.1:{}", port(3 * i + 2));
+        // A follower retries a refused connect to its new leader for up to initLimit ticks; a
+        // link proxy holds a connection to a peer that does not listen yet as long (see
+        // `FaultProxy::start_peer_link`).
+        let hold = self.settings.tick_time.saturating_mul(self.init_limit);
         let mut links = Vec::with_capacity(n * n.saturating_sub(1));
         for from in 0..n {
             for to in (0..n).filter(|to| *to != from) {
                 let announce = Arc::new(OnceLock::new());
                 let proxy =
-                    FaultProxy::start_peer_link(quorum(to), election(to), announce.clone()).await?;
+                    FaultProxy::start_peer_link(quorum(to), election(to), announce.clone(), hold)
+                        .await?;
                 links.push(PeerLink {
                     from,
                     to,
@@ -420,7 +425,13 @@ async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
 /// every server directly. A cut link holds bytes back silently, like a firewall that drops
 /// packets: no connection is reset, so each server notices only through its own timeouts
 /// (`syncLimit x tickTime` between a follower and its leader), as in a real partition.
-/// [`heal`](Self::heal) lets the held bytes flow again. Each call sets the state of the links it
+/// [`heal`](Self::heal) lets the held bytes flow again. A connection to a server that does not
+/// listen (still starting, just elected and not yet listening for its followers, or down) is
+/// held by the proxy for up to `initLimit x tickTime` and forwarded once the server listens,
+/// then reset: through a proxy a connect cannot be refused, and a retried refused connect is
+/// what ZooKeeper expects there (a follower that reaches its new leader before the leader
+/// listens retries the connect, while a connection accepted and then reset ends its attempt
+/// to follow, and the election starts over after the leader's `initLimit`). Each call sets the state of the links it
 /// names and leaves the others alone (so a [`cut_one_way`](Self::cut_one_way) on a pair already
 /// cut both ways makes it one-way); `heal` restores every link. The proxies stay across
 /// [`restart_server`](Self::restart_server), and [`peer_connections`](Self::peer_connections)
@@ -487,6 +498,28 @@ impl std::fmt::Debug for TestingCluster {
         f.debug_struct("TestingCluster")
             .field("connect_string", &self.connect_string)
             .finish()
+    }
+}
+
+impl Drop for TestingCluster {
+    /// Keeps the directory (data, `zoo.cfg`, `zookeeper.log` of every server) when the cluster
+    /// is dropped by a panic, such as a failed assertion, or when `ZKR_TEST_KEEP=1`, and says
+    /// where it is: a rare failure can then be read afterwards.
+    fn drop(&mut self) {
+        if let Servers::Process { _dir: dir, .. } = &mut self.servers
+            && (std::thread::panicking() || super::keep_wanted())
+        {
+            dir.disable_cleanup(true);
+            let logs = if super::server_logs_wanted() {
+                ""
+            } else {
+                " (server logs only with ZKR_TEST_ZK_LOG=1)"
+            };
+            super::provision::say(format_args!(
+                "zookeeper-recipes test harness: kept the ensemble's directory {}{logs}",
+                dir.path().display()
+            ));
+        }
     }
 }
 
@@ -672,6 +705,7 @@ impl TestingCluster {
     /// How many TCP connections from server `from` to server `to` are open now (through the
     /// proxy of that link): the quorum connection of a follower to its leader, and the
     /// election connection, which ZooKeeper keeps only when the larger server id opened it.
+    /// A connection held while `to` does not listen counts too.
     ///
     /// # Errors
     ///
@@ -889,12 +923,34 @@ impl TestingCluster {
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(HarnessError::Timeout {
-                    what: "no server of the ensemble became leader".to_owned(),
+                    what: format!(
+                        "no server of the ensemble became leader; last lines of the logs:\n{}",
+                        self.log_tails()
+                    ),
                     timeout,
                 });
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+}
+
+impl TestingCluster {
+    /// The last lines of every server's log, each under its address.
+    fn log_tails(&self) -> String {
+        (0..self.len())
+            .map(|i| {
+                let tail = match &self.servers {
+                    Servers::Process { nodes, .. } => {
+                        nodes.get(i).map(ServerNode::log_tail).unwrap_or_default()
+                    }
+                    #[cfg(feature = "docker")]
+                    Servers::Docker(d) => d.log_tail(i),
+                };
+                format!("--- {}:\n{tail}", self.addresses[i])
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 

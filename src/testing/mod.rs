@@ -15,7 +15,9 @@
 //! Apache tarball layout: `lib/*.jar` and `*.jar`) or else in Debian's `/usr/share/java` (package
 //! `zookeeper`); `java` is `$JAVA_HOME/bin/java` or else the first `java` on `PATH`. Server logs
 //! are discarded (slf4j-nop) unless `ZKR_TEST_ZK_LOG=1` selects slf4j-simple, when they go to the
-//! `zookeeper.log` file in the server's directory ([`TestingServer::log_path`]).
+//! `zookeeper.log` file in the server's directory ([`TestingServer::log_path`]). A
+//! [`TestingCluster`] dropped by a panic (a failed assertion) keeps its directory (each server's
+//! `zoo.cfg`, data and log) and says where on stderr; `ZKR_TEST_KEEP=1` keeps every cluster's.
 //!
 //! `ZKR_TEST_BACKEND=docker` makes [`TestingServer`] and [`TestingCluster`] run containers of
 //! the image `ZKR_ZOOKEEPER_IMAGE` (default `zookeeper:3.9`) through testcontainers instead
@@ -466,6 +468,12 @@ impl Installation {
 /// Whether server logs are wanted (`ZKR_TEST_ZK_LOG=1`).
 pub(crate) fn server_logs_wanted() -> bool {
     std::env::var("ZKR_TEST_ZK_LOG").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// Whether every ensemble directory is to be kept after the test (`ZKR_TEST_KEEP=1`); without
+/// it, only the directory of an ensemble dropped by a panic is kept.
+pub(crate) fn keep_wanted() -> bool {
+    std::env::var("ZKR_TEST_KEEP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
 }
 
 fn find_java() -> Result<PathBuf> {

@@ -117,7 +117,7 @@ impl FaultProxy {
                 .map_err(HarnessError::io("reading a proxy listener's address"))?;
             listeners.push((listener, address, upstream.clone()));
         }
-        FaultProxy::serve(listeners, None)
+        FaultProxy::serve(listeners, None, Duration::ZERO)
     }
 
     /// A proxy for one directed link between two ZooKeeper servers: listener 0 forwards to the
@@ -126,10 +126,14 @@ impl FaultProxy {
     /// `announce` once that is set: ZooKeeper's `QuorumCnxManager` answers a connection from a
     /// smaller server id by connecting back to the announced address, which must be the proxy
     /// of the reverse link, or that connection would bypass every proxy.
+    ///
+    /// A connection whose peer refuses it (not listening yet, or down) is held open for up to
+    /// `hold`, its upstream connect retried, instead of being reset at once: see [`Upstream`].
     pub(crate) async fn start_peer_link(
         quorum: String,
         election: String,
         announce: Arc<OnceLock<String>>,
+        hold: Duration,
     ) -> Result<FaultProxy> {
         let mut listeners = Vec::with_capacity(2);
         for upstream in [quorum, election] {
@@ -141,13 +145,14 @@ impl FaultProxy {
                 .map_err(HarnessError::io("reading a peer link listener's address"))?;
             listeners.push((listener, address, upstream));
         }
-        FaultProxy::serve(listeners, Some((1, announce)))
+        FaultProxy::serve(listeners, Some((1, announce)), hold)
     }
 
     /// Starts the accept loops; the listener at `rewrite.0` rewrites election hellos.
     fn serve(
         listeners: Vec<(TcpListener, SocketAddr, String)>,
         rewrite: Option<(usize, Arc<OnceLock<String>>)>,
+        hold: Duration,
     ) -> Result<FaultProxy> {
         let (mode, _) = watch::channel(Mode::Normal);
         let connections = Arc::new(AtomicUsize::new(0));
@@ -161,7 +166,10 @@ impl FaultProxy {
                 .map(|(_, announce)| announce.clone());
             tasks.spawn(accept_loop(
                 listener,
-                upstream,
+                Upstream {
+                    address: upstream,
+                    hold,
+                },
                 hello,
                 mode.subscribe(),
                 connections.clone(),
@@ -260,9 +268,18 @@ fn reset(stream: TcpStream) {
     drop(stream);
 }
 
+/// Where a listener forwards to, and how long a refused connection is held (see
+/// [`connect_upstream`]).
+#[derive(Debug, Clone)]
+struct Upstream {
+    address: String,
+    /// Zero: a refused upstream resets the client at once.
+    hold: Duration,
+}
+
 async fn accept_loop(
     listener: TcpListener,
-    upstream: String,
+    upstream: Upstream,
     hello: Option<Arc<OnceLock<String>>>,
     mode: watch::Receiver<Mode>,
     connections: Arc<AtomicUsize>,
@@ -289,8 +306,8 @@ async fn accept_loop(
 }
 
 async fn connection(
-    client: TcpStream,
-    upstream: String,
+    mut client: TcpStream,
+    upstream: Upstream,
     hello: Option<Arc<OnceLock<String>>>,
     mut mode: watch::Receiver<Mode>,
     _counted: Counted,
@@ -298,25 +315,29 @@ async fn connection(
     // As with a dropped SYN, the server sees nothing of a connection opened while what the
     // client sends is held back.
     passable(&mut mode, Direction::Up).await;
-    let Ok(server) = TcpStream::connect(&upstream).await else {
+    let mut early = Vec::new();
+    let Some(mut server) = connect_upstream(&mut client, &upstream, &mut mode, &mut early).await
+    else {
         reset(client);
         return;
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let (mut client, mut server) = (client, server);
-    if let Some(announce) = hello.as_ref().and_then(|h| h.get())
-        && rewrite_election_hello(&mut client, &mut server, announce)
-            .await
-            .is_err()
-    {
-        reset(client);
-        reset(server);
-        return;
-    }
     let cut = {
-        let (mut cr, mut cw) = client.split();
+        let (cr, mut cw) = client.split();
+        // What the client sent while the upstream was being connected goes first.
+        let mut cr = std::io::Cursor::new(early).chain(cr);
         let (mut sr, mut sw) = server.split();
+        if let Some(announce) = hello.as_ref().and_then(|h| h.get())
+            && rewrite_election_hello(&mut cr, &mut sw, announce)
+                .await
+                .is_err()
+        {
+            drop((cr, cw, sr, sw));
+            reset(client);
+            reset(server);
+            return;
+        }
         let up = pump(&mut cr, &mut sw, mode.clone(), Direction::Up);
         let down = pump(&mut sr, &mut cw, mode.clone(), Direction::Down);
         let forward = async {
@@ -331,6 +352,67 @@ async fn connection(
         reset(client);
         reset(server);
     }
+}
+
+/// How often a held connection retries its refused upstream.
+const HOLD_RETRY: Duration = Duration::from_millis(50);
+/// The most a held connection buffers of what its client sends before the upstream answers.
+const MAX_EARLY: usize = 64 * 1024;
+
+/// Connects to the upstream for `client`. A refused connect is retried every [`HOLD_RETRY`]
+/// for up to `upstream.hold` while the client waits, its bytes gathered into `early`; `None`
+/// (the caller resets the client) once that runs out, when the client closes or fails, or on
+/// a cut.
+///
+/// Without the hold, a connection to a peer that is not listening yet looks to its client like
+/// one accepted and then reset, where without the proxy the connect itself would be refused.
+/// ZooKeeper treats the two differently: a follower retries a refused connect to its new
+/// leader within `initLimit`, but gives up following a leader whose accepted connection is
+/// reset, and the election starts over after the leader's `initLimit` (see
+/// [`super::TestingCluster`]). Holding the connection until the peer listens is what a refused
+/// connect retried amounts to.
+async fn connect_upstream(
+    client: &mut TcpStream,
+    upstream: &Upstream,
+    mode: &mut watch::Receiver<Mode>,
+    early: &mut Vec<u8>,
+) -> Option<TcpStream> {
+    let deadline = tokio::time::Instant::now() + upstream.hold;
+    let mut chunk = vec![0u8; 4096];
+    loop {
+        if let Ok(server) = TcpStream::connect(&upstream.address).await {
+            if !is_self_connected(&server) {
+                return Some(server);
+            }
+            // Dropped at once: it holds the very port the peer is about to bind.
+            drop(server);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        let retry = tokio::time::sleep(HOLD_RETRY);
+        tokio::pin!(retry);
+        loop {
+            tokio::select! {
+                () = &mut retry => break,
+                read = client.read(&mut chunk), if early.len() < MAX_EARLY => match read {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => early.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+                },
+                _ = mode.wait_for(|m| *m == Mode::Cut) => return None,
+            }
+        }
+        // A blackhole that began meanwhile keeps the server from seeing the connection, as above.
+        passable(mode, Direction::Up).await;
+    }
+}
+
+/// Whether a connect to a loopback port nobody listens on was answered by the socket itself
+/// (TCP simultaneous open: the kernel picked the destination port as the source port). Retried
+/// connects to a port in the ephemeral range hit this sooner or later, and such a socket keeps
+/// the port from the server that is about to listen on it.
+fn is_self_connected(stream: &TcpStream) -> bool {
+    matches!((stream.local_addr(), stream.peer_addr()), (Ok(local), Ok(peer)) if local == peer)
 }
 
 /// Which way a pump copies.
@@ -362,8 +444,8 @@ const MAX_HELLO_ADDRESS: usize = 4096;
 /// `announce`. A connection of the old protocol (its first long is the server id, not a
 /// negative version) has no address and is forwarded as it is.
 async fn rewrite_election_hello(
-    client: &mut TcpStream,
-    server: &mut TcpStream,
+    client: &mut (impl AsyncRead + Unpin),
+    server: &mut (impl AsyncWrite + Unpin),
     announce: &str,
 ) -> std::io::Result<()> {
     let version = client.read_i64().await?;
@@ -432,5 +514,113 @@ async fn pump<R, W>(
         if writer.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback port that nothing listens on now (and that this process hands out once).
+    fn unused_port() -> u16 {
+        super::super::process::free_ports(1).expect("a free port")[0]
+    }
+
+    async fn peer_link(port: u16, hold: Duration) -> FaultProxy {
+        let upstream = format!("127.0.0.1:{port}");
+        FaultProxy::start_peer_link(upstream.clone(), upstream, Arc::new(OnceLock::new()), hold)
+            .await
+            .expect("a peer link proxy")
+    }
+
+    /// The race that stalled elections: a follower connects to its new leader's quorum port
+    /// before the leader listens on it. Through a link proxy, the connection must reach the
+    /// leader once it listens (as a refused connect, retried, would), with what the follower
+    /// sent meanwhile, instead of being reset.
+    #[tokio::test]
+    async fn a_peer_link_holds_a_connection_until_its_peer_listens() {
+        let port = unused_port();
+        let proxy = peer_link(port, Duration::from_secs(10)).await;
+        let address = proxy.listen_address(0).expect("the quorum listener");
+        let mut follower = TcpStream::connect(address).await.expect("connect");
+        follower.write_all(b"learner info").await.expect("write");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        let leader = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .await
+            .expect("bind the peer's port");
+        let (mut accepted, _) = tokio::time::timeout(Duration::from_secs(5), leader.accept())
+            .await
+            .expect("the held connection reaches the peer once it listens")
+            .expect("accept");
+        let mut got = [0u8; 12];
+        accepted.read_exact(&mut got).await.expect("read");
+        assert_eq!(&got, b"learner info");
+        accepted
+            .write_all(b"leader info")
+            .await
+            .expect("write back");
+        let mut back = [0u8; 11];
+        tokio::time::timeout(Duration::from_secs(5), follower.read_exact(&mut back))
+            .await
+            .expect("the reply comes back")
+            .expect("read back");
+        assert_eq!(&back, b"leader info");
+    }
+
+    /// A peer that stays down: the held connection is given up (reset) once the hold runs out.
+    #[tokio::test]
+    async fn a_peer_link_gives_up_on_a_peer_that_stays_down() {
+        let proxy = peer_link(unused_port(), Duration::from_millis(300)).await;
+        let address = proxy.listen_address(1).expect("the election listener");
+        let mut client = TcpStream::connect(address).await.expect("connect");
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+            .await
+            .expect("the connection ends after the hold");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while proxy.connection_count() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("no connection left in the proxy");
+    }
+
+    /// The hold retries connects to a port nobody listens on; one that the kernel answers with
+    /// the socket itself (same source and destination port) must not count as the peer.
+    #[tokio::test]
+    async fn a_socket_connected_to_itself_is_told_apart() {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, unused_port()));
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(address).expect("bind");
+        let looped = socket
+            .connect(address)
+            .await
+            .expect("a simultaneous open with itself");
+        assert!(is_self_connected(&looped));
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("listener");
+        let real = TcpStream::connect(listener.local_addr().expect("address"))
+            .await
+            .expect("connect");
+        assert!(!is_self_connected(&real));
+    }
+
+    /// A client-facing proxy keeps resetting at once a connection its server refuses.
+    #[tokio::test]
+    async fn a_client_proxy_resets_a_refused_connection_at_once() {
+        let proxy = FaultProxy::start(&[format!("127.0.0.1:{}", unused_port())])
+            .await
+            .expect("a proxy");
+        let address = proxy.listen_address(0).expect("listener");
+        let mut client = TcpStream::connect(address).await.expect("connect");
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(2), client.read(&mut buf))
+            .await
+            .expect("reset at once, not held");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     }
 }
