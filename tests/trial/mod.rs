@@ -736,10 +736,12 @@ pub struct JobFigures {
     pub succeeded: usize,
     /// Slots recorded failed.
     pub failed: usize,
-    /// Slots recorded skipped (overlap, paused).
+    /// Slots recorded skipped for overlap.
     pub skipped: usize,
-    /// Slots recorded missed (counting every slot of a folded range).
+    /// Slots recorded missed for catch-up or overlap (counting every slot of a folded range).
     pub missed: u64,
+    /// Slots not run because the trial paused the job at its end (skipped or missed `paused`).
+    pub paused: u64,
     /// Writes `job-row` accepted.
     pub writes_accepted: usize,
     /// Writes `job-row` rejected.
@@ -750,7 +752,7 @@ impl fmt::Display for JobFigures {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} runs ({} retried, {} cut off); {} slot records: {} succeeded, {} failed, {} skipped, {} missed; {} writes accepted, {} rejected",
+            "{} runs ({} retried, {} cut off); {} slot records: {} succeeded, {} failed, {} skipped, {} missed, {} not run while paused at the end; {} writes accepted, {} rejected",
             self.runs,
             self.retried,
             self.cut_off,
@@ -759,6 +761,7 @@ impl fmt::Display for JobFigures {
             self.failed,
             self.skipped,
             self.missed,
+            self.paused,
             self.writes_accepted,
             self.writes_rejected
         )
@@ -1712,7 +1715,14 @@ fn check_job(runs: &[JobRun], records: &[SlotRecord]) -> Vec<String> {
 
 /// The job's figures from its runs, its records and its resource's writes.
 fn job_figures(runs: &[JobRun], records: &[SlotRecord], writes: &[Write]) -> JobFigures {
-    let count = |state: SlotState| records.iter().filter(|r| r.state == state).count();
+    let paused = |r: &&SlotRecord| r.reason.as_deref() == Some("paused");
+    let count = |state: SlotState| {
+        records
+            .iter()
+            .filter(|r| r.state == state && !paused(r))
+            .count()
+    };
+    let slots = |r: &SlotRecord| r.range.as_ref().map_or(1, |range| range.count);
     JobFigures {
         runs: runs.len(),
         retried: runs.iter().filter(|r| r.attempt > 1).count(),
@@ -1723,9 +1733,10 @@ fn job_figures(runs: &[JobRun], records: &[SlotRecord], writes: &[Write]) -> Job
         skipped: count(SlotState::Skipped),
         missed: records
             .iter()
-            .filter(|r| r.state == SlotState::Missed)
-            .map(|r| r.range.as_ref().map_or(1, |range| range.count))
+            .filter(|r| r.state == SlotState::Missed && !paused(r))
+            .map(slots)
             .sum(),
+        paused: records.iter().filter(paused).map(slots).sum(),
         writes_accepted: writes.iter().filter(|w| w.accepted).count(),
         writes_rejected: writes.iter().filter(|w| !w.accepted).count(),
     }
