@@ -1789,6 +1789,11 @@ async fn settle_job(world: &mut World) -> Vec<SlotRecord> {
         }
     }
     note(&book, "job: paused".to_owned());
+    // At rest: nothing open, no run going, and no run started for a while. A leader still
+    // works through slots it had queued (a catch-up, a retry) after the pause, so a gap between
+    // two of its runs is not rest; a second is more than three periods.
+    let quiet = Duration::from_secs(1);
+    let mut last_runs = (usize::MAX, tokio::time::Instant::now());
     loop {
         let open: Vec<String> = match admin.history(MAX_HISTORY).await {
             Ok(records) => records
@@ -1798,8 +1803,17 @@ async fn settle_job(world: &mut World) -> Vec<SlotRecord> {
                 .collect(),
             Err(e) => vec![format!("(cannot read the records: {e})")],
         };
-        let running = lock(&book).runs.iter().filter(|r| r.end.is_none()).count();
-        if open.is_empty() && running == 0 {
+        let (runs, running) = {
+            let b = lock(&book);
+            (
+                b.runs.len(),
+                b.runs.iter().filter(|r| r.end.is_none()).count(),
+            )
+        };
+        if runs != last_runs.0 {
+            last_runs = (runs, tokio::time::Instant::now());
+        }
+        if open.is_empty() && running == 0 && last_runs.1.elapsed() >= quiet {
             break;
         }
         if tokio::time::Instant::now() >= deadline {
