@@ -1730,6 +1730,19 @@ impl<'a> TermRun<'a> {
             // Still catching up: these join the catch-up once the queue is through.
             return Ok(());
         }
+        if let Some((started_wall, _)) = self.run_started
+            && self
+                .inner
+                .schedule
+                .next_after(cursor)
+                .is_some_and(|next| next <= started_wall)
+        {
+            // The run started late (a cut-off slot retried by a new leader, a slow claim):
+            // slots were due already when it started, so they did not come due during it. They,
+            // and any after them, are taken up after the run, by the catch-up policy when the
+            // term found them late.
+            return Ok(());
+        }
         if self.control.paused {
             return self.record_not_run(cursor, latest, "paused").await;
         }

@@ -18,6 +18,10 @@
 //!      (`zkr-0`, `zkr-1`, separate processes with sessions of their own) on `<root>/lock`,
 //!      guarding the fenced resource `lock-row`. Latch (`latch-`) and lock (`lock-`) nodes never
 //!      share a path;
+//!    - a [`ScheduledJob`] on `<root>/job` (`every(300 ms)`, catch-up `all`), one replica per
+//!      in-process session (`job-0..2`; `job-2` has latch-2's drawn policy), whose runs write
+//!      to the fenced resource `job-row` with the run's token while the term is valid; a
+//!      restart of an in-process contender restarts the replica on its session too;
 //! 3. every leader writes to its path's resource while it leads: in-process ones check
 //!    [`Leadership::is_valid`] and write with the term's token; a `zkr run` child's command is a
 //!    `bash` loop that sends `"$ZK_LEADER_ID $ZK_FENCING_TOKEN"` lines to the resource's TCP port
@@ -31,7 +35,12 @@
 //! 5. closes every contender, waits for the election paths to be empty (a node of a killed
 //!    process goes when the server expires its session), and checks the recorded
 //!    [`History`]: no overlapping terms, rising tokens, no stale write accepted, a leader within
-//!    session timeout + 2 s after each heal, no node left.
+//!    session timeout + 2 s after each heal, no node left. The job is paused first and waited
+//!    for until no slot is open, then closed; its runs are checked as terms of their own
+//!    ([`JOB_ELECTION`]: runs never overlap in valid time, tokens never fall from one start to
+//!    the next, no stale write to `job-row` accepted) and against its slot records
+//!    ([`check_job`]: each slot recorded succeeded by exactly one run, every record's token one
+//!    of its runs', nothing left `running`).
 //!
 //! # Reproducing
 //! The seed drives the schedule (which faults, on what, for how long, in what order), through a
@@ -64,6 +73,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use zookeeper_recipes::clock::MonotonicTime;
+use zookeeper_recipes::job::{
+    CatchUp, JobAdmin, MAX_HISTORY, ScheduledJob, SlotRecord, SlotRun, SlotState,
+};
 use zookeeper_recipes::testing::history::{History, Term, Violation, Write};
 use zookeeper_recipes::testing::{
     FaultProxy, HarnessError, Result, ServerMode, TestingCluster, expire_session, unique_path,
@@ -91,6 +103,17 @@ pub const LATCH_ELECTION: &str = "latch";
 /// children.
 pub const LOCK_ELECTION: &str = "lock";
 const ELECTIONS: [&str; 2] = [LATCH_ELECTION, LOCK_ELECTION];
+/// The election name (and path suffix) of the scheduled job: its terms in the history are the
+/// job's runs, one per slot started, and its resource is `job-row`. The job's own election is
+/// under `<root>/job/leader`.
+pub const JOB_ELECTION: &str = "job";
+/// The replicas of the scheduled job, one per in-process session (`job-i` on session `i`):
+/// they share their session with the latches, the selector and the mutex holder, so every fault
+/// to a session or its link reaches a replica too. A restart of an in-process contender
+/// restarts the job replica on its session as well (so a run is cut off mid-slot).
+const JOB_IDS: [&str; SESSIONS] = ["job-0", "job-1", "job-2"];
+/// The job's period (on the epoch's grid, catch-up `all`).
+const JOB_EVERY: Duration = Duration::from_millis(300);
 /// In-process sessions, each behind its own proxy (links `0..SESSIONS`).
 const SESSIONS: usize = 3;
 /// `zkr run` children, each behind its own proxy (links `SESSIONS..SESSIONS + CHILDREN`).
@@ -641,12 +664,117 @@ pub struct TrialReport {
     pub problems: Vec<String>,
     /// How long the trial took.
     pub elapsed: Duration,
+    /// The scheduled job's runs (as terms of [`JOB_ELECTION`], one per run) and the writes its
+    /// resource received; checked like `history`, their violations are in `violations`.
+    pub job_history: History,
+    /// The scheduled job's figures.
+    pub job: JobFigures,
+    /// Broken promises of the scheduled job that the history checker does not see: a slot
+    /// recorded succeeded by no run or by two, a record whose token no run had, a slot still
+    /// open after the trial closed.
+    pub job_violations: Vec<String>,
+    /// The job's runs, in the order they started.
+    pub job_runs: Vec<JobRun>,
+    /// The job's slot records after the trial closed, newest first.
+    pub job_records: Vec<SlotRecord>,
+}
+
+/// One run of the scheduled job, as its closure saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRun {
+    /// The replica that ran it.
+    pub holder: &'static str,
+    /// The slot key.
+    pub slot: String,
+    /// The attempt the job was given.
+    pub attempt: u32,
+    /// The term's token.
+    pub token: FencingToken,
+    /// When the closure began.
+    pub start: MonotonicTime,
+    /// When it stopped being allowed to act: when it returned with its term valid, else when
+    /// its term ended (or its deadline passed); `None` while it runs.
+    pub end: Option<MonotonicTime>,
+    /// `Some(true)` when the closure returned `Ok` (it wrote for its whole hold, its term
+    /// valid), `Some(false)` when it returned an error (its term ended first), `None` when it
+    /// never returned (aborted).
+    pub ok: Option<bool>,
+}
+
+impl fmt::Display for JobRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} by {} attempt {} token {} from {} to ",
+            self.slot, self.holder, self.attempt, self.token, self.start
+        )?;
+        match self.end {
+            Some(end) => write!(f, "{end}")?,
+            None => f.write_str("(running)")?,
+        }
+        match self.ok {
+            Some(true) => f.write_str(" ok"),
+            Some(false) => f.write_str(" cut off"),
+            None => f.write_str(" aborted"),
+        }
+    }
+}
+
+/// What the scheduled job did in one trial.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobFigures {
+    /// Runs started (closures called).
+    pub runs: usize,
+    /// Runs of a slot started before (attempt > 1).
+    pub retried: usize,
+    /// Runs whose term ended before they were done (they returned an error, or were aborted).
+    pub cut_off: usize,
+    /// Slot records at the end.
+    pub records: usize,
+    /// Slots recorded succeeded.
+    pub succeeded: usize,
+    /// Slots recorded failed.
+    pub failed: usize,
+    /// Slots recorded skipped for overlap.
+    pub skipped: usize,
+    /// Slots recorded missed for catch-up or overlap (counting every slot of a folded range).
+    pub missed: u64,
+    /// Slots not run because the trial paused the job at its end (skipped or missed `paused`).
+    pub paused: u64,
+    /// Writes `job-row` accepted.
+    pub writes_accepted: usize,
+    /// Writes `job-row` rejected.
+    pub writes_rejected: usize,
+}
+
+impl fmt::Display for JobFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} runs ({} retried, {} cut off); {} slot records: {} succeeded, {} failed, {} skipped, {} missed, {} not run while paused at the end; {} writes accepted, {} rejected",
+            self.runs,
+            self.retried,
+            self.cut_off,
+            self.records,
+            self.succeeded,
+            self.failed,
+            self.skipped,
+            self.missed,
+            self.paused,
+            self.writes_accepted,
+            self.writes_rejected
+        )
+    }
 }
 
 impl TrialReport {
     /// Whether every promise was kept: no violation, no orphan, no problem.
     pub fn passed(&self) -> bool {
-        self.violations.is_empty() && self.orphans.is_empty() && self.problems.is_empty()
+        self.violations.is_empty()
+            && self.orphans.is_empty()
+            && self.problems.is_empty()
+            && self.job_violations.is_empty()
     }
 
     /// How many violations are overlapping terms.
@@ -713,8 +841,12 @@ impl TrialReport {
             self.elapsed.as_secs_f64(),
             faults.join("; ")
         );
+        let _ = writeln!(s, "  job: {}", self.job);
         for v in &self.violations {
             let _ = writeln!(s, "  violation: {v}");
+        }
+        for v in &self.job_violations {
+            let _ = writeln!(s, "  job violation: {v}");
         }
         for o in &self.orphans {
             let _ = writeln!(s, "  orphan node: {o}");
@@ -740,6 +872,25 @@ impl TrialReport {
         terms.sort_by_key(|t| (t.election.clone(), t.start));
         for t in terms {
             let _ = writeln!(s, "    {t}");
+        }
+        let _ = writeln!(s, "  job runs:");
+        for run in &self.job_runs {
+            let _ = writeln!(s, "    {run}");
+        }
+        let _ = writeln!(s, "  job slot records:");
+        for r in &self.job_records {
+            let _ = writeln!(
+                s,
+                "    {} {} token {:?} attempt {} runner {:?}{}",
+                r.slot,
+                r.state.as_str(),
+                r.token,
+                r.attempt,
+                r.runner,
+                r.reason
+                    .as_deref()
+                    .map_or_else(String::new, |why| format!(" ({why})"))
+            );
         }
         s
     }
@@ -815,6 +966,8 @@ struct Book {
     problems: Vec<String>,
     /// Every command process group a `zkr` child reported, to kill should the trial fail.
     groups: Vec<i32>,
+    /// The scheduled job's runs, in the order they started.
+    runs: Vec<JobRun>,
 }
 
 type Shared = Arc<Mutex<Book>>;
@@ -1061,6 +1214,12 @@ struct World {
     lock_port: u16,
     contenders: Vec<Option<Running>>,
     rng: Rng,
+    /// The scheduled job's path, its replicas (`job-i` on session `i`), its resource, and how
+    /// many times a replica was started (to seed each one's holds apart).
+    job_path: String,
+    jobs: Vec<Option<ScheduledJob>>,
+    job_resource: Arc<Resource>,
+    job_starts: u64,
     /// The resource's server and the session loggers.
     _tasks: JoinSet<()>,
 }
@@ -1171,6 +1330,53 @@ impl World {
         note(&self.book, format!("{}: started", def.id));
         self.contenders[index] = Some(running);
         Ok(())
+    }
+
+    /// Starts the job's replica on session `i`.
+    async fn start_job(&mut self, i: usize) -> Result<()> {
+        let Some(id) = JOB_IDS.get(i).copied() else {
+            return Ok(());
+        };
+        // As latch-2: the replica on the session never expired from outside has the drawn policy.
+        let policy = if i == SESSIONS - 1 {
+            self.setup.latch_policy
+        } else {
+            ErrorPolicy::Standard
+        };
+        self.job_starts += 1;
+        // Drawn from the seed apart from the trial's generator, so the faults' draws stay what
+        // they were.
+        let rng = Arc::new(Mutex::new(Rng::new(
+            self.config.seed ^ 0x00B0_0000 ^ (self.job_starts << 40),
+        )));
+        let book = Arc::clone(&self.book);
+        let resource = Arc::clone(&self.job_resource);
+        let job = ScheduledJob::builder(&self.sessions[i], self.job_path.clone())
+            .every(JOB_EVERY)
+            .id(id)
+            .catch_up(CatchUp::All)
+            .history_limit(MAX_HISTORY)
+            .grace(Duration::from_secs(1))
+            .error_policy(policy)
+            .start(move |run: SlotRun| {
+                let hold =
+                    lock(&rng).between(Duration::from_millis(20), Duration::from_millis(200));
+                job_run(run, id, Arc::clone(&resource), Arc::clone(&book), hold)
+            })
+            .await
+            .map_err(contender_error(id))?;
+        note(&self.book, format!("{id}: started"));
+        self.jobs[i] = Some(job);
+        Ok(())
+    }
+
+    /// Closes the job's replica on session `i` (a run going on is cut off).
+    async fn close_job(&mut self, i: usize) {
+        let Some(job) = self.jobs.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let _ = job.close().await;
+        note(&self.book, format!("{}: closed", JOB_IDS[i]));
     }
 
     /// Closes contender `index` gracefully (a `zkr` child by `SIGTERM`).
@@ -1349,6 +1555,294 @@ async fn mutex_holder(
 }
 
 // ---------------------------------------------------------------------------------------------
+// The scheduled job
+
+/// Ends run `index` of the book when dropped: when the closure returns, or when its task is
+/// aborted after the grace period.
+struct RunEnds {
+    book: Shared,
+    index: usize,
+    term: Leadership,
+    ok: Option<bool>,
+}
+
+impl Drop for RunEnds {
+    fn drop(&mut self) {
+        let now = MonotonicTime::now();
+        // A run may act while its term is valid: up to now if it still is, else up to when
+        // the term ended or its deadline passed, whichever came first.
+        let end = if self.term.is_valid() {
+            now
+        } else {
+            let ended = self
+                .term
+                .ended_at()
+                .unwrap_or_else(|| self.term.valid_until());
+            MonotonicTime::from_instant(ended).min(now)
+        };
+        let mut b = lock(&self.book);
+        if let Some(run) = b.runs.get_mut(self.index) {
+            run.end = Some(end);
+            run.ok = self.ok;
+        }
+    }
+}
+
+/// One run of the job: recorded in the book, writes to `job-row` with the run's token while
+/// its term is valid, for `hold`. `Ok` when it wrote for its whole hold, an error when its term
+/// ended first (the job was cut off: the slot is retried or recorded failed).
+async fn job_run(
+    run: SlotRun,
+    id: &'static str,
+    resource: Arc<Resource>,
+    book: Shared,
+    hold: Duration,
+) -> std::result::Result<(), std::io::Error> {
+    let term = run.leadership().clone();
+    let index = {
+        let mut b = lock(&book);
+        b.runs.push(JobRun {
+            holder: id,
+            slot: run.slot().to_owned(),
+            attempt: run.attempt(),
+            token: run.token(),
+            start: MonotonicTime::now(),
+            end: None,
+            ok: None,
+        });
+        b.runs.len() - 1
+    };
+    let mut ends = RunEnds {
+        book,
+        index,
+        term: term.clone(),
+        ok: None,
+    };
+    let never = CancellationToken::new();
+    let until = tokio::time::Instant::now() + hold;
+    write_while_valid(&term, id, &resource, Some((until, &never))).await;
+    let done = term.is_valid();
+    ends.ok = Some(done);
+    drop(ends);
+    if done {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(
+            "the term ended before the run was done",
+        ))
+    }
+}
+
+/// The job's own promises, from its runs and its slot records after the trial closed: every
+/// slot settled; a slot recorded succeeded by exactly one run that returned `Ok` with the
+/// record's token and attempt (two would be a slot finished twice); every record's token one
+/// that a run of its slot had; every run's slot recorded; per slot, in the order its runs
+/// started, attempts rising and tokens never falling.
+fn check_job(runs: &[JobRun], records: &[SlotRecord]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut by_slot: BTreeMap<&str, Vec<&JobRun>> = BTreeMap::new();
+    for run in runs {
+        by_slot.entry(run.slot.as_str()).or_default().push(run);
+    }
+    for runs in by_slot.values_mut() {
+        runs.sort_by_key(|r| r.start);
+    }
+    let recorded: BTreeMap<&str, &SlotRecord> =
+        records.iter().map(|r| (r.slot.as_str(), r)).collect();
+    for r in records {
+        let state = r.state.as_str();
+        if !r.state.is_final() {
+            out.push(format!(
+                "slot {} is still {state} after the trial closed",
+                r.slot
+            ));
+        }
+        let Some(token) = r.token else { continue };
+        let runs_of = by_slot.get(r.slot.as_str()).map_or(&[][..], Vec::as_slice);
+        let with_token: Vec<&&JobRun> = runs_of
+            .iter()
+            .filter(|run| run.token.get() == token)
+            .collect();
+        if with_token.is_empty() {
+            out.push(format!(
+                "slot {} recorded {state} with token {token} (attempt {}), which none of its {} runs had",
+                r.slot,
+                r.attempt,
+                runs_of.len()
+            ));
+        }
+        if r.state == SlotState::Succeeded {
+            let ok: Vec<&&&JobRun> = with_token
+                .iter()
+                .filter(|run| run.ok == Some(true))
+                .collect();
+            match ok[..] {
+                [one] if one.attempt == r.attempt => {}
+                [one] => out.push(format!(
+                    "slot {} recorded succeeded at attempt {}, by the run [{one}]",
+                    r.slot, r.attempt
+                )),
+                [] => out.push(format!(
+                    "slot {} recorded succeeded with token {token}, but no run with that token returned Ok",
+                    r.slot
+                )),
+                _ => out.push(format!(
+                    "slot {} recorded succeeded with token {token}, which {} runs that returned Ok had: finished twice",
+                    r.slot,
+                    ok.len()
+                )),
+            }
+        }
+    }
+    for (slot, runs) in &by_slot {
+        if !recorded.contains_key(slot) {
+            out.push(format!(
+                "{} runs of slot {slot}, which has no record",
+                runs.len()
+            ));
+        }
+        for pair in runs.windows(2) {
+            let [earlier, later] = pair else { continue };
+            if later.attempt <= earlier.attempt || later.token < earlier.token {
+                out.push(format!(
+                    "slot {slot}: the run [{later}] follows [{earlier}]"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The job's figures from its runs, its records and its resource's writes.
+fn job_figures(runs: &[JobRun], records: &[SlotRecord], writes: &[Write]) -> JobFigures {
+    let paused = |r: &&SlotRecord| r.reason.as_deref() == Some("paused");
+    let count = |state: SlotState| {
+        records
+            .iter()
+            .filter(|r| r.state == state && !paused(r))
+            .count()
+    };
+    let slots = |r: &SlotRecord| r.range.as_ref().map_or(1, |range| range.count);
+    JobFigures {
+        runs: runs.len(),
+        retried: runs.iter().filter(|r| r.attempt > 1).count(),
+        cut_off: runs.iter().filter(|r| r.ok != Some(true)).count(),
+        records: records.len(),
+        succeeded: count(SlotState::Succeeded),
+        failed: count(SlotState::Failed),
+        skipped: count(SlotState::Skipped),
+        missed: records
+            .iter()
+            .filter(|r| r.state == SlotState::Missed && !paused(r))
+            .map(slots)
+            .sum(),
+        paused: records.iter().filter(paused).map(slots).sum(),
+        writes_accepted: writes.iter().filter(|w| w.accepted).count(),
+        writes_rejected: writes.iter().filter(|w| !w.accepted).count(),
+    }
+}
+
+/// Pauses the job, waits (bounded) until no slot is open and no run goes on, closes every
+/// replica, and reads the job's slot records.
+async fn settle_job(world: &mut World) -> Vec<SlotRecord> {
+    let book = Arc::clone(&world.book);
+    let connect = Session::builder(world.cluster.connect_string())
+        .server_tick_time(world.setup.tick)
+        .session_timeout(world.config.session_timeout * 5)
+        .connection_timeout(Duration::from_secs(5))
+        .connect();
+    let session = match tokio::time::timeout(HARNESS_BOUND, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            problem(&book, format!("no session to read the job with: {e}"));
+            for i in 0..SESSIONS {
+                world.close_job(i).await;
+            }
+            return Vec::new();
+        }
+        Err(_) => {
+            problem(&book, "no session to read the job with in time".to_owned());
+            for i in 0..SESSIONS {
+                world.close_job(i).await;
+            }
+            return Vec::new();
+        }
+    };
+    let admin = match JobAdmin::new(&session, world.job_path.clone()) {
+        Ok(a) => a,
+        Err(e) => {
+            problem(&book, format!("job admin: {e}"));
+            return Vec::new();
+        }
+    };
+    let deadline = tokio::time::Instant::now() + HARNESS_BOUND;
+    // Paused, the leader runs what is queued (cut-off slots it retries) and records the slots
+    // that come due as skipped: the job comes to rest with its replicas still up.
+    loop {
+        match admin.pause().await {
+            Ok(()) => break,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                problem(&book, format!("could not pause the job: {e}"));
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    note(&book, "job: paused".to_owned());
+    // At rest: nothing open, no run going, and no run started for a while. A leader still
+    // works through slots it had queued (a catch-up, a retry) after the pause, so a gap between
+    // two of its runs is not rest; a second is more than three periods.
+    let quiet = Duration::from_secs(1);
+    let mut last_runs = (usize::MAX, tokio::time::Instant::now());
+    loop {
+        let open: Vec<String> = match admin.history(MAX_HISTORY).await {
+            Ok(records) => records
+                .iter()
+                .filter(|r| !r.state.is_final())
+                .map(|r| format!("{} {}", r.slot, r.state.as_str()))
+                .collect(),
+            Err(e) => vec![format!("(cannot read the records: {e})")],
+        };
+        let (runs, running) = {
+            let b = lock(&book);
+            (
+                b.runs.len(),
+                b.runs.iter().filter(|r| r.end.is_none()).count(),
+            )
+        };
+        if runs != last_runs.0 {
+            last_runs = (runs, tokio::time::Instant::now());
+        }
+        if open.is_empty() && running == 0 && last_runs.1.elapsed() >= quiet {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            problem(
+                &book,
+                format!(
+                    "the job did not come to rest within {HARNESS_BOUND:?} of its pause: open {open:?}, {running} runs going"
+                ),
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    note(&book, "job: at rest".to_owned());
+    for i in 0..SESSIONS {
+        world.close_job(i).await;
+    }
+    let records = match admin.history(MAX_HISTORY).await {
+        Ok(records) => records,
+        Err(e) => {
+            problem(&book, format!("reading the job's history: {e}"));
+            Vec::new()
+        }
+    };
+    let _ = session.close().await;
+    records
+}
+
+// ---------------------------------------------------------------------------------------------
 // The trial
 
 /// What a round left to heal.
@@ -1359,6 +1853,8 @@ struct Damage {
     links: Vec<usize>,
     frozen: Vec<(usize, Pid, Vec<Pid>)>,
     closed: Vec<usize>,
+    /// Job replicas closed with the in-process contender on their session.
+    closed_jobs: Vec<usize>,
     /// `zkr` children that other faults of the round act on: a freeze leaves them alone.
     busy_children: Vec<usize>,
     /// Links between servers are cut (an isolation, a split, a one-way cut).
@@ -1464,6 +1960,10 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         lock_port,
         contenders: (0..CONTENDERS.len()).map(|_| None).collect(),
         rng: Rng::new(config.seed ^ 0x5EED),
+        job_path: format!("{root}/{JOB_ELECTION}"),
+        jobs: (0..SESSIONS).map(|_| None).collect(),
+        job_resource: Resource::new(&format!("{JOB_ELECTION}-row")),
+        job_starts: 0,
         _tasks: tasks,
     };
     let outcome = drive(&mut world, &plan).await;
@@ -1484,11 +1984,15 @@ struct Driven {
     faults: BTreeMap<FaultKind, usize>,
     heals: Vec<MonotonicTime>,
     orphans: Vec<String>,
+    job_records: Vec<SlotRecord>,
 }
 
 async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     for index in 0..CONTENDERS.len() {
         world.start_contender(index).await?;
+    }
+    for i in 0..SESSIONS {
+        world.start_job(i).await?;
     }
     let start = MonotonicTime::now();
     wait_for_leaders(world, "the first election").await;
@@ -1525,6 +2029,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
         tokio::time::sleep(round.settle).await;
     }
 
+    let job_records = settle_job(world).await;
     for index in 0..CONTENDERS.len() {
         world.close_contender(index).await;
     }
@@ -1537,6 +2042,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
         faults,
         heals,
         orphans,
+        job_records,
     })
 }
 
@@ -1710,6 +2216,11 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
             }
             world.close_contender(fault.target).await;
             damage.closed.push(fault.target);
+            // The job's replica on that session goes down and up with it.
+            if let Some(i) = CONTENDERS.get(fault.target).and_then(|c| c.session) {
+                world.close_job(i).await;
+                damage.closed_jobs.push(i);
+            }
         }
         FaultKind::IsolateFollower
         | FaultKind::IsolateLeader
@@ -1882,6 +2393,9 @@ async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
     for index in damage.closed.drain(..) {
         world.start_contender(index).await?;
     }
+    for i in std::mem::take(&mut damage.closed_jobs) {
+        world.start_job(i).await?;
+    }
     // Whole means every server in the quorum again, one of them leading.
     let deadline = tokio::time::Instant::now() + HARNESS_BOUND;
     loop {
@@ -1911,7 +2425,7 @@ async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
     }
 }
 
-/// Waits until both election paths are empty, at most the session timeout plus 3 s (a killed
+/// Waits until both election paths (and the job's election) are empty, at most the session timeout plus 3 s (a killed
 /// process's node goes when its session expires); returns what is left. The looking client
 /// connects straight to the servers, and again whenever its session ends (the ensemble may be
 /// recovering from the last round).
@@ -1933,8 +2447,11 @@ async fn wait_for_empty_paths(world: &World) -> Vec<String> {
         }
         if let Some(c) = client.clone() {
             left.clear();
-            for election in ELECTIONS {
-                let path = world.path(election);
+            let paths = ELECTIONS
+                .iter()
+                .map(|e| world.path(e))
+                .chain([format!("{}/leader", world.job_path)]);
+            for path in paths {
                 match c.list_children(&path).await {
                     Ok(children) => {
                         left.extend(children.into_iter().map(|n| format!("{path}/{n}")))
@@ -1990,6 +2507,28 @@ async fn finish(
             .extend(lock(&resource.writes).iter().cloned());
     }
     let mut violations = history.check();
+    let runs = lock(&world.book).runs.clone();
+    let job_history = History {
+        terms: runs
+            .iter()
+            .map(|r| Term {
+                election: JOB_ELECTION.to_owned(),
+                holder: r.holder.to_owned(),
+                token: r.token,
+                start: r.start,
+                end: r.end,
+            })
+            .collect(),
+        writes: lock(&world.job_resource.writes).clone(),
+    };
+    for run in runs.iter().filter(|r| r.end.is_none()) {
+        problems.push(format!(
+            "job run never ended after every replica closed: {run}"
+        ));
+    }
+    violations.extend(job_history.check());
+    let job_violations = check_job(&runs, &driven.job_records);
+    let job = job_figures(&runs, &driven.job_records, &job_history.writes);
     let mut time_to_leader = Vec::new();
     for healed in &driven.heals {
         for election in ELECTIONS {
@@ -2016,6 +2555,11 @@ async fn finish(
         time_to_leader,
         problems,
         elapsed: began.elapsed(),
+        job_history,
+        job,
+        job_violations,
+        job_runs: runs,
+        job_records: driven.job_records,
     }
 }
 
@@ -2138,6 +2682,86 @@ mod tests {
         assert!(hits.iter().all(|h| *h > 800), "{hits:?}");
         let d = a.between(Duration::from_millis(10), Duration::from_millis(20));
         assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(20));
+    }
+
+    fn run(holder: &'static str, slot: &str, attempt: u32, token: i64, ok: bool) -> JobRun {
+        JobRun {
+            holder,
+            slot: slot.to_owned(),
+            attempt,
+            token: FencingToken::from_raw(token),
+            start: MonotonicTime::from_nanos(u64::try_from(token).unwrap() * 1_000),
+            end: Some(MonotonicTime::from_nanos(
+                u64::try_from(token).unwrap() * 1_000 + 500,
+            )),
+            ok: Some(ok),
+        }
+    }
+
+    fn record(slot: &str, state: &str, token: Option<i64>, attempt: u32) -> SlotRecord {
+        serde_json::from_value(serde_json::json!({
+            "slot": slot, "nominal_ms": 0, "state": state, "token": token, "attempt": attempt,
+            "runner": "job-0", "started_ms": 0, "ended_ms": 1, "exit_code": null,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_job_check_passes_a_retried_slot_and_catches_a_slot_finished_twice() {
+        // Slot a cut off with token 10, retried with 12 and recorded succeeded by that run.
+        let runs = [
+            run("job-0", "a", 1, 10, false),
+            run("job-1", "a", 2, 12, true),
+            run("job-1", "b", 1, 12, true),
+        ];
+        let records = [
+            record("a", "succeeded", Some(12), 2),
+            record("b", "succeeded", Some(12), 1),
+        ];
+        assert_eq!(check_job(&runs, &records), Vec::<String>::new());
+        let figures = job_figures(&runs, &records, &[]);
+        assert_eq!(
+            (
+                figures.runs,
+                figures.retried,
+                figures.cut_off,
+                figures.succeeded
+            ),
+            (3, 1, 1, 2)
+        );
+
+        // Run again with the same token after it returned Ok: finished twice.
+        let twice = [
+            run("job-1", "b", 1, 12, true),
+            run("job-1", "b", 2, 12, true),
+        ];
+        let v = check_job(&twice, &[record("b", "succeeded", Some(12), 2)]);
+        assert!(v.iter().any(|v| v.contains("finished twice")), "{v:?}");
+    }
+
+    #[test]
+    fn the_job_check_catches_open_slots_unknown_tokens_and_falling_attempts() {
+        let runs = [
+            run("job-0", "a", 2, 10, true),
+            run("job-1", "a", 1, 12, false),
+        ];
+        let records = [
+            record("a", "running", Some(14), 3),
+            record("c", "succeeded", Some(9), 1),
+        ];
+        let v = check_job(&runs, &records);
+        assert!(v.iter().any(|v| v.contains("still running")), "{v:?}");
+        assert!(
+            v.iter().any(|v| v.contains("none of its 2 runs had")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter().any(|v| v.contains("no run with that token")),
+            "{v:?}"
+        );
+        assert!(v.iter().any(|v| v.contains("follows")), "{v:?}");
+        let orphan_run = check_job(&[run("job-0", "z", 1, 5, true)], &[]);
+        assert!(orphan_run[0].contains("no record"), "{orphan_run:?}");
     }
 
     #[test]
