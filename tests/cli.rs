@@ -15,10 +15,9 @@ use std::ffi::OsStr;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{EventsOn, Line, Zkr, zkr};
+use common::zkr::{EventsOn, Groups, Line, Zkr, group_gone, zkr};
 use common::{own_server, shared_server, zookeeper};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::process::Command;
@@ -56,30 +55,6 @@ async fn zkr_output(connect: &str, args: &[&str]) -> (ExitStatus, String) {
         out.status,
         String::from_utf8(out.stdout).expect("zkr prints UTF-8"),
     )
-}
-
-/// Kills the recorded CMD process groups when the test ends, however it ends.
-#[derive(Default)]
-struct Groups(Vec<Pid>);
-
-impl Groups {
-    fn add(&mut self, started: &Line) -> Pid {
-        let pgid = Pid::from_raw(started.int("pid") as i32);
-        self.0.push(pgid);
-        pgid
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        for pgid in &self.0 {
-            let _ = killpg(*pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-fn group_gone(pgid: Pid) -> bool {
-    matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
 /// Whether `pid` is a process that still runs: a zombie waiting for init to reap it does not.

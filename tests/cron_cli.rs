@@ -16,11 +16,9 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{Line, Zkr, zkr};
+use common::zkr::{Groups, Line, Zkr, group_gone, zkr};
 use common::{shared_server, zookeeper};
-use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde_json::Value;
 use tokio::process::Command;
 use zookeeper_recipes::testing;
@@ -166,30 +164,6 @@ fn ends_per_slot(runs: &[Run]) -> BTreeMap<String, usize> {
         *ends.entry(r.slot.clone()).or_insert(0) += 1;
     }
     ends
-}
-
-/// Kills the recorded command process groups when the test ends, however it ends.
-#[derive(Default)]
-struct Groups(Vec<Pid>);
-
-impl Groups {
-    fn add(&mut self, started: &Line) -> Pid {
-        let pgid = Pid::from_raw(started.int("pid") as i32);
-        self.0.push(pgid);
-        pgid
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        for pgid in &self.0 {
-            let _ = killpg(*pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-fn group_gone(pgid: Pid) -> bool {
-    matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
 /// A plain client for looking at the tree.

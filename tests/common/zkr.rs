@@ -196,3 +196,32 @@ impl Zkr {
         kill(self.pid, signal).expect("zkr can be signalled");
     }
 }
+
+/// Kills the recorded CMD process groups when the test ends, however it ends.
+#[derive(Default)]
+pub struct Groups(Vec<Pid>);
+
+impl Groups {
+    /// Records the process group of the CMD a `cmd_started` line names; returns it.
+    pub fn add(&mut self, started: &Line) -> Pid {
+        let pgid = Pid::from_raw(started.int("pid") as i32);
+        self.0.push(pgid);
+        pgid
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        for pgid in &self.0 {
+            let _ = nix::sys::signal::killpg(*pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Whether no process of group `pgid` is left.
+pub fn group_gone(pgid: Pid) -> bool {
+    matches!(
+        nix::sys::signal::killpg(pgid, None),
+        Err(nix::errno::Errno::ESRCH)
+    )
+}
