@@ -80,6 +80,29 @@ if ! $force && [ "$(docker image inspect -f "{{index .Config.Labels \"$label\"}}
     exit 0
 fi
 
+# --- debootstrap itself: from Debian's packages when this machine lacks it (as root or with
+# password-less sudo); otherwise say how to get it.
+if [ ! -x /usr/sbin/debootstrap ] && ! command -v debootstrap >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; then
+        apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap)
+        [ "$(id -u)" -ne 0 ] && apt=(sudo -n "${apt[@]}")
+        echo "debootstrap is missing: ${apt[*]}"
+        if ! "${apt[@]}" >/tmp/zkr-debootstrap-install.log 2>&1; then
+            echo "the package lists may be stale: apt-get update, then again"
+            ${sudo:+sudo -n} apt-get update >>/tmp/zkr-debootstrap-install.log 2>&1 || true
+            "${apt[@]}" >>/tmp/zkr-debootstrap-install.log 2>&1 || {
+                tail -20 /tmp/zkr-debootstrap-install.log >&2
+                echo "build.sh: installing debootstrap failed (log: /tmp/zkr-debootstrap-install.log)" >&2
+                exit 1
+            }
+        fi
+    else
+        echo "build.sh: debootstrap is missing and this user may not install packages:" \
+            "run 'sudo apt-get install -y debootstrap', then this script again" >&2
+        exit 1
+    fi
+fi
+
 echo "building $image from Debian $codename ($mirror), inputs $inputs"
 root=$(mktemp -d /tmp/zkr-image-root.XXXXXX)
 trap '$sudo rm -rf "$root"' EXIT
