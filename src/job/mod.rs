@@ -1174,7 +1174,7 @@ impl<'a> TermRun<'a> {
             _ = self.term.cancelled() => return Err(Stop::TermOver),
             _ = control_changed.notified() => {
                 debug!("the job's controls changed");
-                self.reload_control().await?;
+                self.reload_control(true).await?;
             }
             _ = tokio::time::sleep(wait) => {}
         }
@@ -1252,13 +1252,15 @@ impl<'a> TermRun<'a> {
             }
             Err(e) => return Err(e.into()),
         }
-        self.reload_control().await?;
+        self.reload_control(false).await?;
         self.records = read_records(&client, &self.inner.path).await?;
         Ok(())
     }
 
-    /// Reads the controls and sets a watch on them; creates the node if nobody has.
-    async fn reload_control(&mut self) -> Result<()> {
+    /// Reads the controls and sets a watch on them; creates the node if nobody has. With
+    /// `changed` (the watch fired), also reads the slot records again: an operator's `resolve`
+    /// changes a record, then rewrites the controls to say so.
+    async fn reload_control(&mut self, changed: bool) -> Result<()> {
         let client = self.inner.session.client()?;
         let control_path = path::join(&self.inner.path, "control");
         let before = self.control.clone();
@@ -1291,8 +1293,7 @@ impl<'a> TermRun<'a> {
         if before.paused != self.control.paused {
             info!(paused = self.control.paused, "the job's pause changed");
         }
-        // An operator may have released parked slots.
-        if !self.records.is_empty() || before != self.control {
+        if changed {
             self.records = read_records(&client, &self.inner.path).await?;
             self.queue_pending();
         }
@@ -1651,7 +1652,7 @@ impl<'a> TermRun<'a> {
                 }
                 _ = control_changed.notified() => {
                     debug!("the job's controls changed while a slot runs");
-                    if let Err(e) = self.reload_control().await {
+                    if let Err(e) = self.reload_control(true).await {
                         debug!(error = %e, "reading the controls failed");
                     }
                 }
