@@ -1333,11 +1333,23 @@ impl<'a> TermRun<'a> {
     /// Handles the slots an earlier term left open: `running` ones were cut off, `pending`
     /// ones wait to be run.
     async fn recover(&mut self) -> std::result::Result<(), Stop> {
+        let ours = self.term.token().get();
+        if let Some((key, _)) = self
+            .records
+            .iter()
+            .find(|(_, (r, _))| r.state == SlotState::Running && r.token == Some(ours))
+        {
+            // Found after a reload: this term claimed the slot but lost the reply of the claim
+            // or of the run's end. Running it again here would restart it with the same token;
+            // the term is given up instead, and the next one (with a higher token) takes the
+            // slot up as cut off.
+            warn!(slot = %key, token = ours, "a slot of this term is recorded running but does not run here; leaving the term so that the next one takes it up with a higher token");
+            return Err(Stop::TermOver);
+        }
         let mut cut_off: Vec<(i64, String, SlotRecord)> = self
             .records
             .iter()
-            // Not running anything now: every `running` record was cut off, also one of this
-            // term whose claim landed while its reply was lost (its run never started).
+            // Not running anything now: every `running` record is of an earlier term, cut off.
             .filter(|(_, (r, _))| r.state == SlotState::Running)
             .map(|(k, (r, _))| (r.nominal_ms, k.clone(), r.clone()))
             .collect();
