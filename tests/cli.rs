@@ -15,12 +15,11 @@ use std::ffi::OsStr;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{EventsOn, Groups, Line, Zkr, group_gone, zkr};
+use common::zkr::{EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, zkr};
 use common::{own_server, shared_server, zookeeper};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::Value;
-use tokio::process::Command;
 use zookeeper_recipes::clock::MonotonicTime;
 use zookeeper_recipes::testing;
 
@@ -1162,17 +1161,7 @@ async fn bad_arguments_exit_2_with_usage() {
         &["watch", "x", "--error-policy", "standard"],
         &["participants", "x", "--error-policy", "standard"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_zkr"))
-            .args(args)
-            .output()
-            .await
-            .expect("zkr ran");
-        assert_eq!(out.status.code(), Some(2), "zkr {args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("Usage:") || err.contains("--help"),
-            "zkr {args:?}: {err}"
-        );
+        assert_usage_error(args).await;
     }
 }
 

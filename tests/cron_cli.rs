@@ -16,11 +16,10 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{Groups, Line, Zkr, group_gone, zkr};
+use common::zkr::{Groups, Line, Zkr, assert_usage_error, group_gone, zkr};
 use common::{shared_server, zookeeper};
 use nix::sys::signal::{Signal, killpg};
 use serde_json::Value;
-use tokio::process::Command;
 use zookeeper_recipes::testing;
 
 /// The bound for things that should take milliseconds to a few seconds.
@@ -858,17 +857,7 @@ async fn bad_schedules_fail_before_connecting_and_bad_arguments_exit_2() {
         &["cron", "history", "job", "--limit", "many"],
         &["cron", "status"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_zkr"))
-            .args(args)
-            .output()
-            .await
-            .expect("zkr ran");
-        assert_eq!(out.status.code(), Some(2), "zkr {args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("Usage:") || err.contains("--help"),
-            "zkr {args:?}: {err}"
-        );
+        assert_usage_error(args).await;
     }
 }
 

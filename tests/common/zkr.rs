@@ -225,3 +225,18 @@ pub fn group_gone(pgid: Pid) -> bool {
         Err(nix::errno::Errno::ESRCH)
     )
 }
+
+/// Runs `zkr ARGS` and asserts that clap refused the arguments: exit code 2 and a usage hint.
+pub async fn assert_usage_error(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_zkr"))
+        .args(args)
+        .output()
+        .await
+        .expect("zkr ran");
+    assert_eq!(out.status.code(), Some(2), "zkr {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Usage:") || err.contains("--help"),
+        "zkr {args:?}: {err}"
+    );
+}
