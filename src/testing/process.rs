@@ -31,6 +31,9 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const FLW_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one readiness probe (a paused or overloaded server must not stall the loop).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long `SIGSTOP` may take to stop every thread of a JVM (a thread in uninterruptible disk
+/// I/O stops only when the I/O ends).
+const STOP_WAIT: Duration = Duration::from_secs(5);
 /// Poll interval of every wait.
 const POLL: Duration = Duration::from_millis(20);
 /// How many log lines an error carries.
@@ -141,6 +144,29 @@ fn send(pid: u32, sig: Signal) -> Result<()> {
         context: format!("sending {sig} to {pid}"),
         source: e.into(),
     })
+}
+
+/// Whether every thread of `pid` is stopped (`T`), traced (`t`) or gone (`Z`, `X`, or its
+/// directory vanished between listing and reading).
+fn all_threads_stopped(pid: u32) -> std::io::Result<bool> {
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = match std::fs::read_to_string(entry?.path().join("stat")) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if !matches!(thread_state(&stat), Some('T' | 't' | 'Z' | 'X')) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The state letter of a `/proc/.../stat` line: the first field after the command name, which
+/// is in parentheses and may itself hold spaces and parentheses.
+fn thread_state(stat: &str) -> Option<char> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
 }
 
 /// Blocks until a `SIGKILL`ed child is reaped, bounded.
@@ -284,11 +310,49 @@ impl JvmProcess {
         self.exited
     }
 
+    /// Sends `sig`. For `SIGSTOP` it returns only once every thread of the JVM is stopped:
+    /// `kill` only queues the signal, and a thread that is on a CPU (or in the kernel) when it is
+    /// sent can still answer a request that arrives a moment later. CI saw exactly that on a
+    /// loaded machine (`pause_stalls_requests_until_resume`: a request sent after `pause()`
+    /// returned was answered).
     fn signal(&mut self, sig: Signal) -> Result<()> {
         if self.poll_exit().is_some() {
             return Err(HarnessError::NotRunning(format!("JVM {}", self.pid())));
         }
-        send(self.pid(), sig)
+        send(self.pid(), sig)?;
+        if sig == Signal::SIGSTOP {
+            self.wait_stopped()?;
+        }
+        Ok(())
+    }
+
+    /// Blocks (polling `/proc/PID/task/*/stat`, usually for well under a millisecond) until no
+    /// thread of the JVM can run, at most [`STOP_WAIT`].
+    fn wait_stopped(&mut self) -> Result<()> {
+        let pid = self.pid();
+        let deadline = Instant::now() + STOP_WAIT;
+        loop {
+            if self.poll_exit().is_some() {
+                return Err(HarnessError::NotRunning(format!("JVM {pid}")));
+            }
+            match all_threads_stopped(pid) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(source) => {
+                    return Err(HarnessError::Io {
+                        context: format!("reading the thread states of JVM {pid}"),
+                        source,
+                    });
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Timeout {
+                    what: format!("every thread of JVM {pid} to stop after SIGSTOP"),
+                    timeout: STOP_WAIT,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// Waits (polling) until the JVM has exited, at most `timeout`.
@@ -581,6 +645,51 @@ mod tests {
         );
         assert_eq!(parse_mode("Mode: standalone\n"), ServerMode::Standalone);
         assert_eq!(parse_mode("Mode: leader\n"), ServerMode::Leader);
+    }
+
+    #[test]
+    fn thread_state_is_read_after_the_last_parenthesis() {
+        assert_eq!(thread_state("42 (java) S 1 42 42 0"), Some('S'));
+        assert_eq!(thread_state("43 (VM Thread) T 1 42"), Some('T'));
+        assert_eq!(thread_state("44 (a) b) (c)) t 1"), Some('t'));
+        assert_eq!(thread_state("45 (no end"), None);
+    }
+
+    #[test]
+    fn a_stopped_child_counts_as_stopped_and_a_running_one_does_not() {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let waited = (|| {
+            send(pid, Signal::SIGSTOP)?;
+            let deadline = Instant::now() + STOP_WAIT;
+            while !all_threads_stopped(pid).map_err(HarnessError::io("proc"))? {
+                if Instant::now() >= deadline {
+                    return Err(HarnessError::Timeout {
+                        what: "sleep to stop".to_owned(),
+                        timeout: STOP_WAIT,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            send(pid, Signal::SIGCONT)?;
+            let deadline = Instant::now() + STOP_WAIT;
+            while all_threads_stopped(pid).map_err(HarnessError::io("proc"))? {
+                if Instant::now() >= deadline {
+                    return Err(HarnessError::Timeout {
+                        what: "sleep to run again".to_owned(),
+                        timeout: STOP_WAIT,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        waited.expect("stop state");
     }
 
     #[test]
