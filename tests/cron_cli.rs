@@ -579,6 +579,8 @@ async fn pause_resume_and_trigger_steer_the_leader() {
     assert_eq!(first.str("outcome"), "succeeded", "{}", first.json);
 
     cron_ok(connect, &["pause", &path]).await;
+    r.wait_for("job_paused", BOUND, "r did not report the pause")
+        .await;
     let skipped = r
         .wait_for("slot_skipped", BOUND, "no slot was skipped while paused")
         .await;
@@ -594,6 +596,8 @@ async fn pause_resume_and_trigger_steer_the_leader() {
     assert_eq!(paused["reason"], "paused", "{paused}");
 
     cron_ok(connect, &["resume", &path]).await;
+    r.wait_for("job_resumed", BOUND, "r did not report the resume")
+        .await;
     let resumed = r
         .wait_for("slot_started", BOUND, "no slot ran after resume")
         .await;
@@ -951,6 +955,115 @@ async fn sigterm_mid_slot_stops_cmd_and_leaves_the_slot_to_the_next_leader() {
     let done = slot_event(&mut b, "slot_finished", &slot, BOUND, "b did not finish it").await;
     assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
     stop(&mut b).await;
+}
+
+/// `--drain`: SIGTERM while CMD runs a slot lets CMD finish; its end is recorded (not a retry
+/// for the next leader) and no slot starts after it. A drain that runs out stops CMD as
+/// without `--drain`, and the slot is left to the next leader.
+#[tokio::test]
+async fn sigterm_with_drain_lets_cmd_finish_its_slot_and_a_drain_that_runs_out_stops_it() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-drain");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let script = appending(&file, "2");
+    let mut groups = Groups::default();
+
+    let mut a = replica(
+        connect,
+        "a",
+        STEADY,
+        &path,
+        &["--every", "1s", "--drain", "10s"],
+        &script,
+    );
+    let (started, cmd) = next_slot(&mut a, "a started no slot").await;
+    groups.add(&cmd);
+    let slot = started.str("slot").to_owned();
+    let mut b = replica(
+        connect,
+        "b",
+        STEADY,
+        &path,
+        &["--every", "1s", "--drain", "500ms"],
+        &script,
+    );
+    let zk = client(connect).await;
+    wait_contenders(&zk, &path, 2, "b did not join").await;
+    a.signal(Signal::SIGTERM);
+    let finished = slot_event(
+        &mut a,
+        "slot_finished",
+        &slot,
+        BOUND,
+        "a's drained slot did not finish",
+    )
+    .await;
+    assert_eq!(finished.str("outcome"), "succeeded", "{}", finished.json);
+    // CMD finished by itself: zkr exits with its code, 0.
+    assert_eq!(a.exit(BOUND, "a after a drain").await.code(), Some(0));
+    let lines = a.all_lines(BOUND).await;
+    assert!(
+        !lines.iter().any(|l| l.event() == "cmd_signalled"),
+        "a stopped its command during the drain\n{}",
+        a.context()
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.event() == "slot_started").count(),
+        1,
+        "a started a slot after the signal\n{}",
+        a.context()
+    );
+    let recorded = history(connect, &path).await;
+    let r = record(&recorded, &slot);
+    assert_eq!(
+        (
+            r["state"].as_str(),
+            r["attempt"].as_i64(),
+            r["runner"].as_str()
+        ),
+        (Some("succeeded"), Some(1), Some("a")),
+        "{r}"
+    );
+
+    // b leads next and starts a later slot, not a retry of a's.
+    let (next, cmd) = next_slot(&mut b, "b started no slot after a left").await;
+    let pgid = groups.add(&cmd);
+    assert_ne!(next.str("slot"), slot, "b ran a's drained slot again");
+    assert_eq!(next.int("attempt"), 1, "{}", next.json);
+    assert!(next.int("token") > started.int("token"), "{}", next.json);
+    let b_slot = next.str("slot").to_owned();
+    // b's drain (500 ms) is shorter than its command (2 s): CMD is stopped and the slot is
+    // left `running` for the next leader, as without --drain.
+    b.signal(Signal::SIGTERM);
+    let signalled = b
+        .wait_for(
+            "cmd_signalled",
+            BOUND,
+            "b did not stop its command after its drain",
+        )
+        .await;
+    assert_eq!(signalled.str("reason"), "shutdown", "{}", signalled.json);
+    assert_eq!(
+        b.exit(BOUND, "b after its drain ran out").await.code(),
+        Some(143)
+    );
+    assert!(group_gone(pgid), "b's command group outlived b");
+    assert_eq!(
+        record(&history(connect, &path).await, &b_slot)["state"],
+        "running"
+    );
+    let ends = ends_per_slot(&runs(&file));
+    assert_eq!(ends.get(&slot), Some(&1), "a's slot ended once: {ends:?}");
+    assert_eq!(
+        ends.get(&b_slot),
+        None,
+        "b's stopped slot did not end: {ends:?}"
+    );
 }
 
 #[tokio::test]

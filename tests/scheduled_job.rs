@@ -1050,6 +1050,245 @@ async fn pause_skips_and_trigger_runs() {
     assert_eq!(records["trigger-1"].state, SlotState::Succeeded);
 }
 
+/// A pause seen while a catch-up (`all`) is under way: the slots taken up but not started are
+/// recorded `paused` instead of running after the one that runs. A cut-off slot to retry is
+/// owed: it waits through the pause (a trigger overtakes it) and runs after the resume.
+#[tokio::test]
+async fn pause_skips_queued_slots_and_holds_owed_ones_until_resume() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+
+    // Queued, not started: a catch-up of an outage, paused during its first run.
+    let path = testing::unique_path("cron-pause-queued");
+    let period = Duration::from_millis(200);
+    let runs = Runs::default();
+    let first = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("before")
+        .start(recorder("before", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    succeeded(&s, &path, 1).await;
+    first.close().await.unwrap();
+    // The outage itself (the test's input): several slots come due while nobody runs the job.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let after_runs = Runs::default();
+    let job = {
+        let gate = Arc::clone(&gate);
+        let record = recorder("after", &after_runs, Duration::ZERO);
+        ScheduledJob::builder(&s, &path)
+            .every(period)
+            .id("after")
+            .catch_up(CatchUp::All)
+            .start(move |run: SlotRun| {
+                let gate = Arc::clone(&gate);
+                let record = record(run);
+                async move {
+                    gate.notified().await;
+                    record.await
+                }
+            })
+            .await
+            .unwrap()
+    };
+    let mut events = job.events();
+    let held = within(BOUND, "the catch-up's first slot started", async {
+        loop {
+            if let Ok(JobEvent::SlotStarted { slot, .. }) = events.recv().await {
+                break slot;
+            }
+        }
+    })
+    .await;
+    job.pause().await.unwrap();
+    within(BOUND, "the leader saw the pause", async {
+        while events.recv().await != Ok(JobEvent::PauseChanged { paused: true }) {}
+    })
+    .await;
+    gate.notify_one();
+    let (from, count) = within(BOUND, "the queued slots recorded paused", async {
+        loop {
+            match events.recv().await {
+                Ok(JobEvent::SlotMissed {
+                    from,
+                    count,
+                    reason,
+                    ..
+                }) if reason == "paused" => break (from, count),
+                Ok(JobEvent::SlotSkipped { slot, reason }) if reason == "paused" => {
+                    break (slot, 1);
+                }
+                Ok(JobEvent::SlotStarted { slot, .. }) => {
+                    panic!("{slot} started while the job was paused")
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        Schedule::parse_key(&from).unwrap() > Schedule::parse_key(&held).unwrap(),
+        "the paused range {from} starts after the slot that ran ({held})"
+    );
+    assert!(
+        count >= 3,
+        "a 1.5 s outage of a 200 ms job left {count} slots queued"
+    );
+    assert_eq!(
+        after_runs
+            .all()
+            .iter()
+            .map(|r| r.slot.clone())
+            .collect::<Vec<_>>(),
+        vec![held.clone()],
+        "only the slot that had started ran"
+    );
+    assert_eq!(by_slot(&s, &path).await[&held].state, SlotState::Succeeded);
+    job.close().await.unwrap();
+
+    // Owed: a cut-off slot waits through the pause.
+    let path = testing::unique_path("cron-pause-owed");
+    let cut = hours_ago(2);
+    leave_cut_off(&s, &path, &cut, 1).await;
+    let admin = JobAdmin::new(&s, &path).unwrap();
+    admin.pause().await.unwrap();
+    let runs = Runs::default();
+    let job = one_replica(&s, &path, &runs, |b| b).await;
+    // The trigger is queued behind the retry and overtakes it: once it ran, the leader has
+    // passed the retry by.
+    assert_eq!(admin.trigger().await.unwrap(), 1);
+    eventually(BOUND, "trigger-1 ran while paused", || async {
+        runs.all()
+            .iter()
+            .any(|r| r.slot == "trigger-1")
+            .then_some(())
+    })
+    .await;
+    let records = by_slot(&s, &path).await;
+    assert_eq!(
+        (records[&cut].state, records[&cut].attempt),
+        (SlotState::Running, 1),
+        "the retry waits while paused: {:?}",
+        records[&cut]
+    );
+    assert!(runs.all().iter().all(|r| r.slot != cut));
+    admin.resume().await.unwrap();
+    eventually(BOUND, "the retry ran after the resume", || async {
+        let r = by_slot(&s, &path).await.remove(&cut)?;
+        (r.state == SlotState::Succeeded).then_some(())
+    })
+    .await;
+    let retried = runs
+        .all()
+        .into_iter()
+        .find(|r| r.slot == cut)
+        .expect("a run of the retried slot");
+    assert_eq!((retried.attempt, retried.recovering), (2, true));
+    job.close().await.unwrap();
+}
+
+/// `drain`: the running slot finishes and its end is recorded (no retry by the next leader), no
+/// slot starts after the drain began, and the next replica takes over at once. A drain that
+/// runs out cuts the slot off, as `close` does.
+#[tokio::test]
+async fn drain_lets_the_running_slot_finish_and_a_drain_that_runs_out_cuts_it_off() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-drain");
+    let period = Duration::from_millis(200);
+    let runs = Runs::default();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let a = {
+        let gate = Arc::clone(&gate);
+        let record = recorder("a", &runs, Duration::ZERO);
+        ScheduledJob::builder(&s, &path)
+            .every(period)
+            .id("a")
+            .start(move |run: SlotRun| {
+                let gate = Arc::clone(&gate);
+                let record = record(run);
+                async move {
+                    gate.notified().await;
+                    record.await
+                }
+            })
+            .await
+            .unwrap()
+    };
+    let mut events = a.events();
+    let held = within(BOUND, "a's first slot started", async {
+        loop {
+            if let Ok(JobEvent::SlotStarted { slot, .. }) = events.recv().await {
+                break slot;
+            }
+        }
+    })
+    .await;
+    // b holds its runs until its term ends: its slot is the one b's drain cuts off.
+    let b = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("b")
+        .start(recorder("b", &runs, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let mut b_events = b.events();
+    let drained = a.drain(BOUND);
+    // The test's input: the held run goes on past a few slots' instants (the drain has begun,
+    // so none of them may start on a), then ends.
+    tokio::time::sleep(period * 3).await;
+    gate.notify_one();
+    within(BOUND, "a's drain", drained).await.unwrap();
+    assert!(a.is_stopped(), "a left the election after its drain");
+    let records = by_slot(&s, &path).await;
+    assert_eq!(
+        (records[&held].state, records[&held].attempt),
+        (SlotState::Succeeded, 1),
+        "the drained slot's end was recorded: {:?}",
+        records[&held]
+    );
+    let b_slot = within(BOUND, "b started a slot", async {
+        loop {
+            if let Ok(JobEvent::SlotStarted { slot, attempt, .. }) = b_events.recv().await {
+                break (slot, attempt);
+            }
+        }
+    })
+    .await;
+    assert_ne!(b_slot.0, held, "b ran a's drained slot again");
+    assert_eq!(b_slot.1, 1);
+    let a_runs: Vec<String> = runs
+        .all()
+        .into_iter()
+        .filter(|r| r.who == "a")
+        .map(|r| r.slot)
+        .collect();
+    assert_eq!(
+        a_runs,
+        vec![held.clone()],
+        "a started nothing after its drain began"
+    );
+
+    // b's run outlasts its drain: cut off, left `running` for the next leader.
+    within(BOUND, "b's drain", b.drain(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let records = by_slot(&s, &path).await;
+    assert_eq!(
+        records[&b_slot.0].state,
+        SlotState::Running,
+        "{:?}",
+        records[&b_slot.0]
+    );
+    runs.assert_serial();
+}
+
 #[tokio::test]
 async fn history_is_bounded() {
     if !zookeeper() {

@@ -15,7 +15,7 @@
 //!                                                run CMD while holding an InterProcessMutex
 //!   cron run PATH (--every D | --cron EXPR [--tz ZONE]) [--id ID] [--catch-up latest|all|none]
 //!            [--overlap skip|buffer-one] [--on-crash retry|fail|park] [--max-attempts N]
-//!            [--grace D] [--error-policy P] -- CMD [ARGS...]
+//!            [--drain D] [--grace D] [--error-policy P] -- CMD [ARGS...]
 //!                                                run CMD once per due slot while leader
 //!                                                (ScheduledJob)
 //!   cron history PATH [--limit N]                the job's recorded slots, newest first (JSON
@@ -62,6 +62,8 @@
 //! {"event":"slot_missed","from":SLOT,"to":SLOT,"count":N,"reason":"catch_up|overlap|paused","ts_ms":MS}
 //! {"event":"slot_abandoned","slot":SLOT,"token":CZXID,"reason":R,"ts_ms":MS}
 //! {"event":"schedule_changed","from":SPEC,"to":SPEC,"ts_ms":MS}
+//! {"event":"job_paused","ts_ms":MS}
+//! {"event":"job_resumed","ts_ms":MS}
 //! ```
 //!
 //! `SLOT` is the slot key: the nominal instant in UTC (`2026-12-03T02:00:00Z`, with
@@ -75,7 +77,9 @@
 //! record of a run's end was refused because the term was already over (a replica that froze
 //! or lost its session mid-slot): the slot stays `running` for the next leader, which handles
 //! it by `--on-crash`. `schedule_changed` says that this leader's schedule differs from the one
-//! recorded with the job (`from`, `to`: each schedule's canonical text).
+//! recorded with the job (`from`, `to`: each schedule's canonical text). `job_paused` and
+//! `job_resumed` say that this leader saw an operator's `zkr cron pause` or `resume`: while
+//! paused it starts no slot but triggers.
 //!
 //! Every line also carries `"mono_ns":NS`, the moment it was written. `ts_ms` is wall-clock time
 //! (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields are the machine's
@@ -149,8 +153,12 @@
 //! A bad `--cron` expression, `--tz` zone or `--every` interval ends zkr with exit code 1 and the
 //! reason before it connects. SIGINT/SIGTERM stop CMD (reason `shutdown`) and leave the job: a
 //! slot whose CMD was stopped that way is not recorded failed; it stays `running` and the next
-//! leader takes it up by `--on-crash` (like a crash, but at once). zkr then exits with CMD's
-//! exit code if it was running, else 0; with 1 when the server refuses the job's election.
+//! leader takes it up by `--on-crash` (like a crash, but at once). With `--drain DURATION`, a
+//! signal that comes while CMD runs a slot does not stop CMD: zkr starts no further slot, lets
+//! CMD finish for up to DURATION, records its end as usual, and then leaves, so that a deploy
+//! does not turn the slot in progress into a retry; once DURATION is over, or at a second
+//! signal, CMD is stopped as without `--drain`. zkr then exits with CMD's exit code if it was
+//! running, else 0; with 1 when the server refuses the job's election.
 //!
 //! `cron history`, `status`, `trigger`, `pause`, `resume` and `resolve` need no stake in the
 //! election. `history` prints `[{"slot":SLOT,"state":STATE,"token":CZXID|null,"attempt":N,
@@ -167,7 +175,9 @@
 
 use std::cell::Cell;
 use std::ffi::OsString;
+use std::future::Future;
 use std::io::Write;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -434,6 +444,10 @@ struct CronRunArgs {
     #[arg(long, value_name = "N", default_value_t = 3,
         value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
+    /// On SIGINT/SIGTERM while CMD runs a slot: start no more slots and let CMD finish for up to
+    /// DURATION (its end is recorded), then leave; after DURATION, stop CMD as without --drain
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    drain: Option<Duration>,
     #[command(flatten)]
     supervised: SupervisedArgs,
 }
@@ -746,6 +760,14 @@ enum Event<'a> {
     ScheduleChanged {
         from: &'a str,
         to: &'a str,
+        ts_ms: u64,
+    },
+    /// `cron run`: the leader saw an operator's pause; it starts no slot but triggers.
+    JobPaused {
+        ts_ms: u64,
+    },
+    /// `cron run`: the leader saw the resume.
+    JobResumed {
         ts_ms: u64,
     },
 }
@@ -1652,6 +1674,12 @@ fn print_job_event(event: &JobEvent) {
         JobEvent::ScheduleChanged { from, to } => {
             out.emit_best_effort(&Event::ScheduleChanged { from, to, ts_ms });
         }
+        JobEvent::PauseChanged { paused: true } => {
+            out.emit_best_effort(&Event::JobPaused { ts_ms })
+        }
+        JobEvent::PauseChanged { paused: false } => {
+            out.emit_best_effort(&Event::JobResumed { ts_ms });
+        }
         _ => {}
     }
 }
@@ -1689,16 +1717,27 @@ fn job_stopped(job: &ScheduledJob) -> Option<Fail> {
     })
 }
 
+/// A drain begun on SIGINT/SIGTERM (`--drain`): the job's drain, which leaves once the slot's
+/// end is recorded.
+type Draining<'a> = Pin<Box<dyn Future<Output = zookeeper_recipes::Result<()>> + Send + 'a>>;
+
 /// Supervises one slot's CMD as `supervise` does for `run` (the supervisor polled first, so
 /// CMD is signalled before anything else is written after a freeze), and prints the job's
 /// events meanwhile (slots skipped because this one still runs).
-async fn supervise_slot<S>(
+///
+/// SIGINT/SIGTERM stop CMD at once (`shutdown`), or with `--drain` begin the job's drain into
+/// `draining` and stop CMD only once the drain's time is up.
+#[allow(clippy::too_many_arguments)]
+async fn supervise_slot<'j, S>(
     report: &TermReport<'_>,
     supervisor: &SupervisedCommand,
     shutdown: &CancellationToken,
     signals: &mut Signals,
     states: &mut S,
     events: &mut broadcast::Receiver<JobEvent>,
+    job: &'j ScheduledJob,
+    drain: Option<Duration>,
+    draining: &mut Option<Draining<'j>>,
 ) -> Result<Outcome, ProcessError>
 where
     S: Stream<Item = SessionStatus> + Unpin,
@@ -1706,11 +1745,25 @@ where
     let run = supervisor.run(report.term, |event| report.process_event(event));
     tokio::pin!(run);
     let mut events_open = true;
+    let drain_over = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(drain_over);
     loop {
         tokio::select! {
             biased;
             outcome = &mut run => return outcome,
-            _ = signals.recv(), if !shutdown.is_cancelled() => shutdown.cancel(),
+            _ = signals.recv(), if !shutdown.is_cancelled() => match drain {
+                Some(timeout) if draining.is_none() => {
+                    tracing::info!(timeout = ?timeout, "draining: CMD may finish its slot; no slot starts after it");
+                    *draining = Some(Box::pin(job.drain(timeout)));
+                    drain_over.as_mut().reset(tokio::time::Instant::now() + timeout);
+                }
+                // No drain, or a second signal during one: stop CMD now.
+                _ => shutdown.cancel(),
+            },
+            _ = &mut drain_over, if draining.is_some() && !shutdown.is_cancelled() => {
+                tracing::warn!("the drain's time is up: stopping CMD");
+                shutdown.cancel();
+            }
             Some(status) = states.next() => {
                 report.out.state(&status, report.id, Some(report.term.path()));
             }
@@ -1809,6 +1862,8 @@ async fn cron_run(
     // that its end is refused and the slot stays `running` for the next leader (a cut-off slot,
     // as `ScheduledJob::close` has it), rather than recorded failed by CMD's exit code.
     let mut interrupted: Option<(Leadership, SlotAnswer, Result<(), String>)> = None;
+    // `--drain`: begun by a signal while CMD ran a slot.
+    let mut draining: Option<Draining<'_>> = None;
     let mut events_open = true;
     let mut check = tokio::time::interval(Duration::from_secs(1));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1845,6 +1900,9 @@ async fn cron_run(
                     &mut signals,
                     &mut states,
                     &mut events,
+                    &job,
+                    args.drain,
+                    &mut draining,
                 )
                 .await;
                 let sent = report.not_leader_sent.get();
@@ -1876,6 +1934,15 @@ async fn cron_run(
                     } else {
                         let _ = done.send(answer);
                     }
+                    break;
+                }
+                if draining.is_some() {
+                    // CMD finished its slot within the drain: its end is recorded as usual,
+                    // and the drain leaves once it is.
+                    if let Ok(outcome) = &result {
+                        code = exit_code(outcome.exit.code());
+                    }
+                    let _ = done.send(answer);
                     break;
                 }
                 let _ = done.send(answer);
@@ -1913,9 +1980,12 @@ async fn cron_run(
     }
 
     // Leave the election: the term ends (a slot still running is cut off and stays `running`
-    // for the next leader) and our node is deleted at once.
-    let close = job.close();
-    tokio::pin!(close);
+    // for the next leader) and our node is deleted at once. A drain whose CMD finished leaves
+    // once the slot's end is recorded; one whose CMD was stopped closes as without a drain.
+    let mut close: Draining<'_> = match draining.take() {
+        Some(drained) if !shutdown.is_cancelled() => drained,
+        _ => Box::pin(job.close()),
+    };
     let bound = tokio::time::sleep(session_timeout + grace * 2 + Duration::from_secs(15));
     tokio::pin!(bound);
     let mut closed: Option<zookeeper_recipes::Result<()>> = None;

@@ -42,6 +42,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures::FutureExt;
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -182,6 +183,12 @@ pub enum JobEvent {
         token: FencingToken,
         /// What refused the write.
         reason: String,
+    },
+    /// The leader saw the job paused or resumed by an operator ([`JobAdmin::pause`]): from
+    /// now on it starts no slot but operator triggers, or starts them again.
+    PauseChanged {
+        /// Whether the job is paused now.
+        paused: bool,
     },
     /// This leader's schedule differs from the one recorded with the job.
     ScheduleChanged {
@@ -469,6 +476,7 @@ impl ScheduledJobBuilder {
                 events: broadcast::channel(1024).0,
                 acl: self.acl,
                 grace: self.grace,
+                activity: watch::channel(Activity::default()).0,
             },
             error_policy: self.error_policy,
         })
@@ -534,6 +542,41 @@ struct Inner {
     events: broadcast::Sender<JobEvent>,
     acl: NodeAcl,
     grace: Duration,
+    /// Whether slots may start, and whether one runs ([`ScheduledJob::drain`]).
+    activity: watch::Sender<Activity>,
+}
+
+/// Whether this replica may start slots, and whether it runs one now.
+#[derive(Debug, Default, Clone, Copy)]
+struct Activity {
+    /// [`ScheduledJob::drain`] was called: no slot starts any more.
+    draining: bool,
+    /// A slot is being claimed, run or recorded.
+    running: bool,
+}
+
+/// Marks a slot running from its claim to the record of its end (also when the loop is dropped
+/// in between), so that [`ScheduledJob::drain`] can wait for it.
+struct RunningSlot<'a>(&'a watch::Sender<Activity>);
+
+impl<'a> RunningSlot<'a> {
+    /// `None` once the job drains: no slot starts then. Checking and marking are one step, so
+    /// a drain either sees this slot running (and waits for it) or this slot sees the drain.
+    fn enter(activity: &'a watch::Sender<Activity>) -> Option<Self> {
+        let mut entered = false;
+        activity.send_if_modified(|a| {
+            entered = !a.draining;
+            a.running |= entered;
+            entered
+        });
+        entered.then_some(RunningSlot(activity))
+    }
+}
+
+impl Drop for RunningSlot<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|a| a.running = false);
+    }
 }
 
 impl std::fmt::Debug for dyn WallClock {
@@ -654,9 +697,45 @@ impl ScheduledJob {
         self.admin().resume().await
     }
 
+    /// Leaves the job after the running slot, if any, has finished: a graceful shutdown, for a
+    /// deploy or a scale-down, that does not turn the slot in progress into a retry.
+    ///
+    /// From the moment `drain` is called (before the returned future is first polled), this
+    /// replica starts no slot, nor a trigger. A slot that runs goes on for at most `timeout`; its
+    /// end is recorded as usual (`succeeded` or `failed`), and then the replica leaves the
+    /// election as [`close`](Self::close) does, so that another replica takes the job over at
+    /// once. If the run outlasts `timeout`, the close goes on as `close` does: the run's term
+    /// ends, it gets the grace period, and the slot is cut off and retried by the next leader.
+    /// The job learns of a drain only through its term's end: give it a `timeout` that its
+    /// longest run fits in, or make it stop when [`Leadership::cancelled`] fires.
+    ///
+    /// # Errors
+    /// As [`close`](Self::close).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped, the replica still starts no slot but keeps its place in the
+    /// election (and its term, if it leads): call [`close`](Self::close) then.
+    pub fn drain(&self, timeout: Duration) -> impl Future<Output = Result<()>> + Send + '_ {
+        self.inner.activity.send_modify(|a| a.draining = true);
+        let mut activity = self.inner.activity.subscribe();
+        info!(path = %self.inner.path, id = %self.inner.id, "draining the scheduled job: no slot starts any more");
+        async move {
+            match tokio::time::timeout(timeout, activity.wait_for(|a| !a.running)).await {
+                Ok(_) => debug!(path = %self.inner.path, "drained: no slot runs"),
+                Err(_) => warn!(
+                    path = %self.inner.path,
+                    timeout = ?timeout,
+                    "the running slot did not finish within the drain's timeout; closing anyway (it is cut off)"
+                ),
+            }
+            self.selector.close().await
+        }
+    }
+
     /// Leaves the job's election. A running slot's term ends: the run gets the grace period,
     /// then it is aborted, and the slot stays `running` for the next leader (a cut-off slot,
-    /// handled by the [`OnCrash`] policy). Waits for all of that.
+    /// handled by the [`OnCrash`] policy). Waits for all of that. [`drain`](Self::drain)
+    /// lets the slot finish first.
     ///
     /// # Errors
     /// None today.
@@ -819,8 +898,10 @@ impl JobAdmin {
         Ok(n)
     }
 
-    /// Pauses the job: the leader records due slots as skipped (`paused`) until
-    /// [`resume`](Self::resume). A slot already running goes on.
+    /// Pauses the job: until [`resume`](Self::resume), the leader starts no slot but
+    /// triggers. It records due slots as skipped (`paused`), also those it had taken up but not
+    /// started; slots that have a record already (a cut-off slot to retry, a buffered slot, a
+    /// re-run) wait for the resume. A slot already running goes on.
     ///
     /// # Errors
     /// Connection and ZooKeeper errors.
@@ -831,7 +912,8 @@ impl JobAdmin {
         self.update_control(|c| c.paused = true).await
     }
 
-    /// Resumes a paused job. Slots that came due while paused stay skipped.
+    /// Resumes a paused job. Slots that came due while paused stay skipped; the ones that waited
+    /// run.
     ///
     /// # Errors
     /// Connection and ZooKeeper errors.
@@ -1141,7 +1223,20 @@ impl<'a> TermRun<'a> {
         if !self.term.is_valid() {
             return Err(Stop::TermOver);
         }
-        if let Some(work) = self.queue.pop_front() {
+        if self.inner.activity.borrow().draining {
+            return self.idle_until_term_ends().await;
+        }
+        // A change of the controls (a pause) is taken up before the next slot starts, not
+        // only when the queue has run dry.
+        if self.control_changed.notified().now_or_never().is_some() {
+            debug!("the job's controls changed");
+            self.reload_control(true).await?;
+        }
+        if self.control.paused {
+            if let Some(work) = self.take_up_queued_while_paused().await? {
+                return self.run_slot(job, work).await;
+            }
+        } else if let Some(work) = self.queue.pop_front() {
             return self.run_slot(job, work).await;
         }
         if self.control.triggers > self.state.triggers_done {
@@ -1292,6 +1387,9 @@ impl<'a> TermRun<'a> {
         }
         if before.paused != self.control.paused {
             info!(paused = self.control.paused, "the job's pause changed");
+            self.emit(JobEvent::PauseChanged {
+                paused: self.control.paused,
+            });
         }
         if changed {
             self.records = read_records(&client, &self.inner.path).await?;
@@ -1440,6 +1538,33 @@ impl<'a> TermRun<'a> {
         Ok(results)
     }
 
+    /// While paused, only operator triggers start. Queued slots that nobody has recorded yet
+    /// (due slots taken up before the pause) are recorded `paused`, as slots that come due
+    /// while paused are. Queued slots that have a record (a cut-off slot to retry, a buffered
+    /// slot, a re-run an operator asked for) are owed: they stay queued until the job resumes.
+    async fn take_up_queued_while_paused(&mut self) -> std::result::Result<Option<Work>, Stop> {
+        if let Some(i) = self.queue.iter().position(|w| w.trigger.is_some()) {
+            return Ok(self.queue.remove(i));
+        }
+        let fresh = |w: &Work, records: &BTreeMap<String, (SlotRecord, i32)>| {
+            w.trigger.is_none() && !records.contains_key(&w.key)
+        };
+        let Some(last) = self
+            .queue
+            .iter()
+            .filter(|w| fresh(w, &self.records))
+            .map(|w| w.nominal_ms)
+            .max()
+        else {
+            return Ok(None);
+        };
+        let records = &self.records;
+        self.queue.retain(|w| !fresh(w, records));
+        let cursor = self.state.cursor_ms;
+        self.record_not_run(cursor, last, "paused").await?;
+        Ok(None)
+    }
+
     /// The slots in `(cursor, latest]` came due: run, skip or fold them by the policies.
     async fn take_up_due(
         &mut self,
@@ -1560,12 +1685,24 @@ impl<'a> TermRun<'a> {
         Ok(())
     }
 
+    /// Draining ([`ScheduledJob::drain`]): nothing more to do in this term but wait for the
+    /// close to end it.
+    async fn idle_until_term_ends(&mut self) -> std::result::Result<(), Stop> {
+        debug!("draining: this term starts no more slots");
+        self.term.cancelled().await;
+        Err(Stop::TermOver)
+    }
+
     /// Claims a slot, runs the job, records the end.
     async fn run_slot<J: SlotJob>(
         &mut self,
         job: &Arc<J>,
         work: Work,
     ) -> std::result::Result<(), Stop> {
+        let activity = &self.inner.activity;
+        let Some(_running) = RunningSlot::enter(activity) else {
+            return self.idle_until_term_ends().await;
+        };
         let token = self.term.token();
         let key = work.key.clone();
         let existing = self.records.get(&key).cloned();
