@@ -23,6 +23,12 @@
 //! | `zookeeper_recipes_selector_overruns_total` | counter | `path` | [`LeaderSelector`](crate::LeaderSelector) closures aborted after their grace period |
 //! | `zookeeper_recipes_connection_state_changes_total` | counter | `state` | connection state changes of every [`Session`](crate::Session) (`connected`, `suspended`, `reconnected`, `lost`, `read_only`, `closed`) |
 //! | `zookeeper_recipes_session_losses_total` | counter | | sessions lost (`Lost`; a deliberate close is not counted) |
+//! | `zookeeper_recipes_job_slots_started_total` | counter | `path`, `id` | slots a [`ScheduledJob`](crate::ScheduledJob) replica claimed and started (retries and triggers included) |
+//! | `zookeeper_recipes_job_slots_ended_total` | counter | `path`, `id`, `outcome` | slot ends this replica recorded: `succeeded`, `failed`, `parked` (a cut-off slot settled by the on-crash policy counts here too), or `abandoned` (the end was refused because the term was over; the slot stays open for the next leader) |
+//! | `zookeeper_recipes_job_slots_not_run_total` | counter | `path`, `id`, `reason` | slots recorded as not run: `overlap`, `paused`, `catch_up` (each slot of a folded `missed` range counts) |
+//! | `zookeeper_recipes_job_run_duration_seconds` | histogram | `path`, `id`, `outcome` | how long this replica's runs took, from the claim to the recorded end (`succeeded`, `failed`, `abandoned`) |
+//! | `zookeeper_recipes_job_running` | gauge | `path`, `id` | 1 while this replica runs a slot, else 0 |
+//! | `zookeeper_recipes_job_last_success_timestamp_seconds` | gauge | `path`, `id` | wall-clock time (Unix seconds) of the last slot end this replica recorded `succeeded`. For a "the nightly job has not succeeded for 26 h" alert, take the `max` over `id`: the replicas lead in turn, and a replica that just started has none |
 //!
 //! The names are constants in this module, so that a dashboard or a test can refer to them.
 
@@ -53,6 +59,18 @@ pub const SELECTOR_OVERRUNS: &str = "zookeeper_recipes_selector_overruns_total";
 pub const CONNECTION_STATE_CHANGES: &str = "zookeeper_recipes_connection_state_changes_total";
 /// Sessions lost.
 pub const SESSION_LOSSES: &str = "zookeeper_recipes_session_losses_total";
+/// Slots a scheduled job's replica claimed and started.
+pub const JOB_SLOTS_STARTED: &str = "zookeeper_recipes_job_slots_started_total";
+/// Slot ends a scheduled job's replica recorded, by outcome.
+pub const JOB_SLOTS_ENDED: &str = "zookeeper_recipes_job_slots_ended_total";
+/// Slots recorded as not run, by reason.
+pub const JOB_SLOTS_NOT_RUN: &str = "zookeeper_recipes_job_slots_not_run_total";
+/// How long a scheduled job's runs took, by outcome, in seconds.
+pub const JOB_RUN_DURATION: &str = "zookeeper_recipes_job_run_duration_seconds";
+/// 1 while a scheduled job's replica runs a slot.
+pub const JOB_RUNNING: &str = "zookeeper_recipes_job_running";
+/// When a scheduled job's replica last recorded a slot `succeeded` (Unix seconds).
+pub const JOB_LAST_SUCCESS: &str = "zookeeper_recipes_job_last_success_timestamp_seconds";
 
 #[cfg(feature = "metrics")]
 fn labels(path: &str, id: &str) -> [(&'static str, String); 2] {
@@ -118,4 +136,65 @@ pub(crate) fn connection_state(state: ConnectionState) {
             metrics::counter!(SESSION_LOSSES).increment(1);
         }
     }
+}
+
+/// A scheduled job on `path` reported `event`; `run_time` is how long the slot running now has
+/// run, if one does.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_event(
+    path: &str,
+    id: &str,
+    event: &crate::job::JobEvent,
+    run_time: Option<Duration>,
+    now_ms: i64,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        use crate::job::{JobEvent, SlotState};
+        let l = labels(path, id);
+        let with = |key: &'static str, value: &str| {
+            let [(_, p), (_, i)] = l.clone();
+            [("path", p), ("id", i), (key, value.to_owned())]
+        };
+        match event {
+            JobEvent::SlotStarted { .. } => {
+                metrics::counter!(JOB_SLOTS_STARTED, &l).increment(1);
+                metrics::gauge!(JOB_RUNNING, &l).set(1.0);
+            }
+            JobEvent::SlotFinished { outcome, .. } => {
+                let ended = with("outcome", outcome.as_str());
+                metrics::counter!(JOB_SLOTS_ENDED, &ended).increment(1);
+                if let Some(took) = run_time {
+                    metrics::histogram!(JOB_RUN_DURATION, &ended).record(took.as_secs_f64());
+                }
+                if *outcome == SlotState::Succeeded {
+                    // Unix milliseconds as f64 seconds: exact to the millisecond for millennia.
+                    #[allow(clippy::cast_precision_loss)]
+                    metrics::gauge!(JOB_LAST_SUCCESS, &l).set(now_ms as f64 / 1000.0);
+                }
+            }
+            JobEvent::SlotAbandoned { .. } => {
+                let ended = with("outcome", "abandoned");
+                metrics::counter!(JOB_SLOTS_ENDED, &ended).increment(1);
+                if let Some(took) = run_time {
+                    metrics::histogram!(JOB_RUN_DURATION, &ended).record(took.as_secs_f64());
+                }
+            }
+            JobEvent::SlotSkipped { reason, .. } => {
+                metrics::counter!(JOB_SLOTS_NOT_RUN, &with("reason", reason)).increment(1);
+            }
+            JobEvent::SlotMissed { count, reason, .. } => {
+                metrics::counter!(JOB_SLOTS_NOT_RUN, &with("reason", reason)).increment(*count);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A scheduled job's replica on `path` stopped running a slot (its end recorded, refused, or
+/// its loop gone).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_idle(path: &str, id: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!(JOB_RUNNING, &labels(path, id)).set(0.0);
 }

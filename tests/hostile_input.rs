@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use common::{StateRecorder, children, eventually, ms, session, shared_server, within, zookeeper};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acl, Acls, AuthId, CreateMode, LockPrefix, Permission};
+use zookeeper_recipes::job::JobAdmin;
 use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
@@ -1114,4 +1115,65 @@ async fn a_waiting_contenders_node_deleted_by_another_client_rejoins_at_once() {
     assert!(term.token() > first.token());
     b.close().await.unwrap();
     assert!(children(&admin, &path).await.is_empty());
+}
+
+/// An operator's `JobAdmin` that creates the job's `control` before any leader did gives it the
+/// ACL it was handed (as the job's own nodes get the job's): another identity can then neither
+/// pause nor trigger the job. A creator ACL needs a session with credentials.
+#[tokio::test]
+async fn a_job_admin_creates_control_with_its_acl_and_an_intruder_cannot_steer_the_job() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let (operator, mallory) = (
+        authed(connect, "operator").await,
+        authed(connect, "mallory").await,
+    );
+    let anonymous = session(connect, Duration::from_secs(10)).await;
+    let path = testing::unique_path("job-acl");
+    let err = JobAdmin::new(&anonymous, &path)
+        .unwrap()
+        .with_acl(NodeAcl::creator_all())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument {
+                what: "node ACL",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    let admin = JobAdmin::new(&operator, &path)
+        .unwrap()
+        .with_acl(NodeAcl::creator_all())
+        .unwrap();
+    admin.pause().await.unwrap();
+    let zk = operator.client().unwrap();
+    for node in [path.clone(), format!("{path}/control")] {
+        let (acl, _) = zk.get_acl(&node).await.unwrap();
+        assert_eq!(acl.len(), 1, "{node}: {acl:?}");
+        assert_eq!(acl[0].scheme(), "digest", "{node}: {acl:?}");
+        assert!(acl[0].id().starts_with("operator:"), "{node}: {acl:?}");
+    }
+    let intruder = JobAdmin::new(&mallory, &path).unwrap();
+    for (what, refused) in [
+        ("trigger", intruder.trigger().await.map(|_| ())),
+        ("resume", intruder.resume().await),
+    ] {
+        let err = refused.expect_err(what);
+        assert!(
+            is_refusal(&err, &zookeeper_client::Error::NoAuth)
+                || matches!(err, Error::Zookeeper(zookeeper_client::Error::NoAuth)),
+            "{what}: {err:?}"
+        );
+    }
+    assert!(
+        admin.status().await.unwrap().paused,
+        "the intruder resumed the job"
+    );
 }

@@ -1289,6 +1289,119 @@ async fn drain_lets_the_running_slot_finish_and_a_drain_that_runs_out_cuts_it_of
     runs.assert_serial();
 }
 
+/// The job's metrics (feature `metrics`), through a real Prometheus recorder: slots started,
+/// ends by outcome, slots not run by reason, run durations, the running gauge, the time of the
+/// last success.
+#[tokio::test]
+async fn metrics_count_slots_by_outcome_and_reason() {
+    if !zookeeper() {
+        return;
+    }
+    static PROMETHEUS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    let prometheus = PROMETHEUS.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this test binary")
+    });
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-metrics");
+    let before_ms = chrono_now_ms();
+    // Scheduled slots succeed, triggers fail.
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_millis(200))
+        .id("m")
+        .start(|run: SlotRun| async move {
+            if run.is_triggered() {
+                Err(std::io::Error::other("triggers fail here"))
+            } else {
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    let mut events = job.events();
+    succeeded(&s, &path, 2).await;
+    job.pause().await.unwrap();
+    within(BOUND, "a slot skipped while paused", async {
+        loop {
+            match events.recv().await {
+                Ok(JobEvent::SlotSkipped { reason, .. } | JobEvent::SlotMissed { reason, .. })
+                    if reason == "paused" =>
+                {
+                    break;
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    job.trigger_now().await.unwrap();
+    within(BOUND, "the trigger failed", async {
+        loop {
+            if let Ok(JobEvent::SlotFinished { slot, outcome, .. }) = events.recv().await
+                && slot == "trigger-1"
+            {
+                assert_eq!(outcome, SlotState::Failed);
+                break;
+            }
+        }
+    })
+    .await;
+    job.close().await.unwrap();
+
+    let text = prometheus.render();
+    let value = |name: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        let want_path = format!("path=\"{path}\"");
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&want_path))
+            .find(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    let ok = value(
+        "zookeeper_recipes_job_slots_ended_total",
+        &[("outcome", "succeeded")],
+    )
+    .unwrap_or(0.0);
+    let failed = value(
+        "zookeeper_recipes_job_slots_ended_total",
+        &[("outcome", "failed")],
+    )
+    .unwrap_or(0.0);
+    let started = value("zookeeper_recipes_job_slots_started_total", &[]).unwrap_or(0.0);
+    let paused = value(
+        "zookeeper_recipes_job_slots_not_run_total",
+        &[("reason", "paused")],
+    )
+    .unwrap_or(0.0);
+    let timed = value(
+        "zookeeper_recipes_job_run_duration_seconds_count",
+        &[("outcome", "succeeded")],
+    )
+    .unwrap_or(0.0);
+    let running = value("zookeeper_recipes_job_running", &[]);
+    let last_success =
+        value("zookeeper_recipes_job_last_success_timestamp_seconds", &[]).unwrap_or(0.0);
+    let job_lines: Vec<&str> = text.lines().filter(|l| l.contains(&path)).collect();
+    let context = job_lines.join("\n");
+    assert!(ok >= 2.0 && failed == 1.0, "ends by outcome:\n{context}");
+    assert!(started >= ok + failed, "starts:\n{context}");
+    assert!(paused >= 1.0, "slots not run while paused:\n{context}");
+    assert!(timed >= 2.0, "run durations:\n{context}");
+    assert_eq!(running, Some(0.0), "nothing runs after close:\n{context}");
+    #[allow(clippy::cast_precision_loss)]
+    let window = (before_ms as f64 / 1000.0)..=(chrono_now_ms() as f64 / 1000.0);
+    assert!(
+        window.contains(&last_success),
+        "last success {last_success} within the test {window:?}:\n{context}"
+    );
+}
+
 #[tokio::test]
 async fn history_is_bounded() {
     if !zookeeper() {

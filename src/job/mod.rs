@@ -557,25 +557,26 @@ struct Activity {
 
 /// Marks a slot running from its claim to the record of its end (also when the loop is dropped
 /// in between), so that [`ScheduledJob::drain`] can wait for it.
-struct RunningSlot<'a>(&'a watch::Sender<Activity>);
+struct RunningSlot<'a>(&'a Inner);
 
 impl<'a> RunningSlot<'a> {
     /// `None` once the job drains: no slot starts then. Checking and marking are one step, so
     /// a drain either sees this slot running (and waits for it) or this slot sees the drain.
-    fn enter(activity: &'a watch::Sender<Activity>) -> Option<Self> {
+    fn enter(inner: &'a Inner) -> Option<Self> {
         let mut entered = false;
-        activity.send_if_modified(|a| {
+        inner.activity.send_if_modified(|a| {
             entered = !a.draining;
             a.running |= entered;
             entered
         });
-        entered.then_some(RunningSlot(activity))
+        entered.then_some(RunningSlot(inner))
     }
 }
 
 impl Drop for RunningSlot<'_> {
     fn drop(&mut self) {
-        self.0.send_modify(|a| a.running = false);
+        crate::metrics::job_idle(&self.0.path, &self.0.id);
+        self.0.activity.send_modify(|a| a.running = false);
     }
 }
 
@@ -649,6 +650,7 @@ impl ScheduledJob {
         JobAdmin {
             session: self.inner.session.clone(),
             path: self.inner.path.clone(),
+            acl: self.inner.acl.clone(),
         }
     }
 
@@ -790,6 +792,7 @@ pub struct JobStatus {
 pub struct JobAdmin {
     session: Session,
     path: String,
+    acl: NodeAcl,
 }
 
 impl JobAdmin {
@@ -803,7 +806,23 @@ impl JobAdmin {
         Ok(JobAdmin {
             session: session.clone(),
             path,
+            acl: NodeAcl::default(),
         })
+    }
+
+    /// The ACL of the nodes this handle creates when no replica has yet (the job's path and its
+    /// `control`): give it the job's own ([`ScheduledJobBuilder::acl`]), so that a pause or
+    /// trigger sent before the first leader does not leave `control` open to anyone. Default
+    /// [`NodeAcl::default`] (open, as ZooKeeper's and Curator's). [`ScheduledJob::admin`]
+    /// uses the job's.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a creator ACL on a session without credentials.
+    pub fn with_acl(mut self, acl: impl Into<NodeAcl>) -> Result<JobAdmin> {
+        let acl = acl.into();
+        acl.check_usable(self.session.has_credentials())?;
+        self.acl = acl;
+        Ok(self)
     }
 
     /// The recorded slots, newest first (by nominal instant), at most `limit`.
@@ -985,8 +1004,7 @@ impl JobAdmin {
                     .await
                     .map(|_| ()),
                 None => {
-                    let acl = NodeAcl::default();
-                    let mode = CreateMode::Persistent.with_acls(acl.as_acls());
+                    let mode = CreateMode::Persistent.with_acls(self.acl.as_acls());
                     match client.mkdir(&self.path, &mode).await {
                         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
                         Err(e) => return Err(e.into()),
@@ -1159,6 +1177,13 @@ impl<'a> TermRun<'a> {
     }
 
     fn emit(&self, event: JobEvent) {
+        crate::metrics::job_event(
+            &self.inner.path,
+            &self.inner.id,
+            &event,
+            self.run_started.map(|(_, at)| at.elapsed()),
+            self.now(),
+        );
         let _ = self.inner.events.send(event);
     }
 
@@ -1699,8 +1724,7 @@ impl<'a> TermRun<'a> {
         job: &Arc<J>,
         work: Work,
     ) -> std::result::Result<(), Stop> {
-        let activity = &self.inner.activity;
-        let Some(_running) = RunningSlot::enter(activity) else {
+        let Some(_running) = RunningSlot::enter(self.inner) else {
             return self.idle_until_term_ends().await;
         };
         let token = self.term.token();
