@@ -389,9 +389,18 @@ async fn proxy_delay_adds_latency_both_ways() {
         "a round trip through a 200 ms link took {took:?}"
     );
     proxy.heal();
-    let started = Instant::now();
-    client.check_stat("/").await.expect("stat after heal");
-    assert!(started.elapsed() < Duration::from_millis(200));
+    // The fastest of a few round trips: one of them may meet a stall of a loaded machine, but
+    // none goes through the 200 ms delays any more.
+    let mut fastest = Duration::MAX;
+    for _ in 0..5 {
+        let started = Instant::now();
+        client.check_stat("/").await.expect("stat after heal");
+        fastest = fastest.min(started.elapsed());
+    }
+    assert!(
+        fastest < Duration::from_millis(200),
+        "after heal the fastest round trip still took {fastest:?}"
+    );
 }
 
 #[tokio::test]
