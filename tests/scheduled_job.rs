@@ -1402,6 +1402,81 @@ async fn metrics_count_slots_by_outcome_and_reason() {
     );
 }
 
+/// A claim that landed but whose reply was lost: after a reload the leader finds a slot
+/// `running` with its own term's token, which does not run here. Running it again would repeat
+/// the token; the term gives itself up instead, and the next term (a new node, a higher token)
+/// takes the slot up as cut off, attempt 2. The lost reply is staged: the test writes the
+/// record the claim would have written, and moves `state` on so that the leader's next write
+/// fails its compare-and-set and it reloads, as it does after a `ConnectionLoss`.
+#[tokio::test]
+async fn a_slot_found_running_with_the_terms_own_token_is_retried_by_the_next_term() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-lost-reply");
+    let runs = Runs::default();
+    let job = one_replica(&s, &path, &runs, |b| b).await;
+    let mut leadership = job.leadership();
+    let term = within(BOUND, "the replica leads", async {
+        loop {
+            if let Some(term) = leadership.borrow_and_update().clone() {
+                break term;
+            }
+            leadership.changed().await.unwrap();
+        }
+    })
+    .await;
+    let zk = s.client().unwrap();
+    let state = format!("{path}/state");
+    let (data, _) = eventually(BOUND, "the leader wrote the job's state", || async {
+        zk.get_data(&state).await.ok()
+    })
+    .await;
+    let slot = hours_ago(1);
+    let record = serde_json::json!({
+        "slot": slot, "nominal_ms": Schedule::parse_key(&slot).unwrap(), "state": "running",
+        "token": term.token().get(), "attempt": 1, "runner": "next", "started_ms": chrono_now_ms(),
+        "ended_ms": null, "exit_code": null,
+    });
+    let mode =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.create(
+        &format!("{path}/slots/{slot}"),
+        record.to_string().as_bytes(),
+        &mode,
+    )
+    .await
+    .unwrap();
+    zk.set_data(&state, &data, None).await.unwrap();
+    // The trigger makes the leader read the records again and write (its claim fails).
+    JobAdmin::new(&s, &path).unwrap().trigger().await.unwrap();
+
+    within(BOUND, "the term to give itself up", term.cancelled()).await;
+    let retried = eventually(BOUND, "the slot retried by the next term", || async {
+        let r = by_slot(&s, &path).await.remove(&slot)?;
+        (r.state == SlotState::Succeeded).then_some(r)
+    })
+    .await;
+    assert_eq!(retried.attempt, 2, "{retried:?}");
+    assert!(
+        retried.token.unwrap() > term.token().get(),
+        "the retry's token {:?} is above the term that gave up ({})",
+        retried.token,
+        term.token()
+    );
+    eventually(BOUND, "the trigger ran in the next term", || async {
+        let r = by_slot(&s, &path).await.remove("trigger-1")?;
+        (r.state == SlotState::Succeeded).then_some(())
+    })
+    .await;
+    let of_slot: Vec<Run> = runs.all().into_iter().filter(|r| r.slot == slot).collect();
+    assert_eq!(of_slot.len(), 1, "the slot ran once: {of_slot:?}");
+    assert!(of_slot[0].recovering && of_slot[0].token > term.token());
+    job.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn history_is_bounded() {
     if !zookeeper() {
