@@ -106,6 +106,42 @@ fn recorder(
     }
 }
 
+/// As `recorder(who, runs, ZERO)`, but every run first waits for a permit of `gate`.
+fn gated(
+    who: &str,
+    runs: &Runs,
+    gate: &Arc<tokio::sync::Notify>,
+) -> impl Fn(SlotRun) -> futures::future::BoxFuture<'static, Result<(), std::io::Error>>
++ Send
++ Sync
++ 'static {
+    let record = recorder(who, runs, Duration::ZERO);
+    let gate = Arc::clone(gate);
+    move |run: SlotRun| {
+        let gate = Arc::clone(&gate);
+        let run = record(run);
+        Box::pin(async move {
+            gate.notified().await;
+            run.await
+        })
+    }
+}
+
+/// The key of the next slot the job reports started, within [`BOUND`].
+async fn next_started(
+    events: &mut tokio::sync::broadcast::Receiver<JobEvent>,
+    what: &str,
+) -> String {
+    within(BOUND, what, async {
+        loop {
+            if let Ok(JobEvent::SlotStarted { slot, .. }) = events.recv().await {
+                break slot;
+            }
+        }
+    })
+    .await
+}
+
 async fn history(session: &Session, path: &str) -> Vec<SlotRecord> {
     JobAdmin::new(session, path)
         .unwrap()
@@ -388,14 +424,7 @@ async fn catch_up_all_runs_the_slots_of_an_outage_after_retrying_the_cut_off_one
         .await
         .unwrap();
     let mut events = first.events();
-    let cut = within(BOUND, "the first slot started", async {
-        loop {
-            if let Ok(JobEvent::SlotStarted { slot, .. }) = events.recv().await {
-                break slot;
-            }
-        }
-    })
-    .await;
+    let cut = next_started(&mut events, "the first slot started").await;
     first.close().await.unwrap();
     assert_eq!(by_slot(&s, &path).await[&cut].state, SlotState::Running);
     // The outage itself: the job is down for this long (the test's input).
@@ -1077,33 +1106,15 @@ async fn pause_skips_queued_slots_and_holds_owed_ones_until_resume() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let gate = Arc::new(tokio::sync::Notify::new());
     let after_runs = Runs::default();
-    let job = {
-        let gate = Arc::clone(&gate);
-        let record = recorder("after", &after_runs, Duration::ZERO);
-        ScheduledJob::builder(&s, &path)
-            .every(period)
-            .id("after")
-            .catch_up(CatchUp::All)
-            .start(move |run: SlotRun| {
-                let gate = Arc::clone(&gate);
-                let record = record(run);
-                async move {
-                    gate.notified().await;
-                    record.await
-                }
-            })
-            .await
-            .unwrap()
-    };
+    let job = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("after")
+        .catch_up(CatchUp::All)
+        .start(gated("after", &after_runs, &gate))
+        .await
+        .unwrap();
     let mut events = job.events();
-    let held = within(BOUND, "the catch-up's first slot started", async {
-        loop {
-            if let Ok(JobEvent::SlotStarted { slot, .. }) = events.recv().await {
-                break slot;
-            }
-        }
-    })
-    .await;
+    let held = next_started(&mut events, "the catch-up's first slot started").await;
     job.pause().await.unwrap();
     within(BOUND, "the leader saw the pause", async {
         while events.recv().await != Ok(JobEvent::PauseChanged { paused: true }) {}
@@ -1205,32 +1216,14 @@ async fn drain_lets_the_running_slot_finish_and_a_drain_that_runs_out_cuts_it_of
     let period = Duration::from_millis(200);
     let runs = Runs::default();
     let gate = Arc::new(tokio::sync::Notify::new());
-    let a = {
-        let gate = Arc::clone(&gate);
-        let record = recorder("a", &runs, Duration::ZERO);
-        ScheduledJob::builder(&s, &path)
-            .every(period)
-            .id("a")
-            .start(move |run: SlotRun| {
-                let gate = Arc::clone(&gate);
-                let record = record(run);
-                async move {
-                    gate.notified().await;
-                    record.await
-                }
-            })
-            .await
-            .unwrap()
-    };
+    let a = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("a")
+        .start(gated("a", &runs, &gate))
+        .await
+        .unwrap();
     let mut events = a.events();
-    let held = within(BOUND, "a's first slot started", async {
-        loop {
-            if let Ok(JobEvent::SlotStarted { slot, .. }) = events.recv().await {
-                break slot;
-            }
-        }
-    })
-    .await;
+    let held = next_started(&mut events, "a's first slot started").await;
     // b holds its runs until its term ends: its slot is the one b's drain cuts off.
     let b = ScheduledJob::builder(&s, &path)
         .every(period)
