@@ -25,8 +25,9 @@
 //!  WHERE slot = :slot AND fencing_token = :token;    -- 0 rows: a newer term owns the slot
 //! ```
 //!
-//! Halfway through the first slot the leader leaves (a rolling deploy): its run is cut off and
-//! the slot's record stays `running`. The other replica finds it, runs the same slot again with
+//! Halfway through the first slot the leader leaves at once (`close()`, as a crash or a deploy
+//! that cannot wait; [`ScheduledJob::drain`] would let the run finish first): its run is cut off
+//! and the slot's record stays `running`. The other replica finds it, runs the same slot again with
 //! attempt 2 and a higher token, resumes after the last batch the first run wrote, and a write
 //! the old leader had prepared changes nothing. Then the job's history is printed. A re-run of a
 //! slot whose batches were all written (its end was not recorded) writes nothing: the row says
@@ -503,7 +504,7 @@ async fn demo(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 if story.is_none() && batch == args.batches / 2 {
                     story = Some(slot.clone());
                     deposed = Some((slot, writer.clone(), token, batch + 1));
-                    println!("{writer} leaves (a rolling deploy)");
+                    println!("{writer} leaves at once (close(), not drain(): the run is cut off)");
                     if let Some((_, job)) = replicas.iter().find(|(_, j)| j.id() == writer) {
                         job.close().await?;
                     }
