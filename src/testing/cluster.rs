@@ -833,11 +833,14 @@ impl TestingCluster {
         }
     }
 
-    /// Freezes server `index` with `SIGSTOP`.
+    /// Freezes server `index` with `SIGSTOP` (`docker pause` on the docker backend). Returns
+    /// once every thread of the server is stopped (blocking for the moment that takes, usually
+    /// well under a millisecond): from then on it answers nothing.
     ///
     /// # Errors
     ///
-    /// [`HarnessError::NoSuchServer`]; [`HarnessError::NotRunning`] when it is stopped.
+    /// [`HarnessError::NoSuchServer`]; [`HarnessError::NotRunning`] when it is stopped;
+    /// [`HarnessError::Timeout`] if its threads did not all stop within 5 s.
     pub fn pause_server(&self, index: usize) -> Result<()> {
         match &self.servers {
             Servers::Process { nodes, .. } => node(nodes, index)?.signal(Signal::SIGSTOP),

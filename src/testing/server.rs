@@ -348,12 +348,14 @@ impl TestingServer {
     /// Freezes the server with `SIGSTOP` (on the docker backend, `docker pause`: the whole
     /// container freezes): connections stay open but nothing is answered, as with a long GC
     /// pause or a hung machine. Clients see their requests hang, then (after their connection
-    /// timeout) a disconnect; sessions are not expired by a frozen server.
+    /// timeout) a disconnect; sessions are not expired by a frozen server. Returns once every
+    /// thread of the server is stopped (blocking for the moment that takes, usually well under
+    /// a millisecond), so a request sent afterwards is not answered.
     ///
     /// # Errors
     ///
     /// [`HarnessError::NotRunning`] when stopped; [`HarnessError::Io`] if `docker pause`
-    /// fails.
+    /// fails; [`HarnessError::Timeout`] if the threads did not all stop within 5 s.
     pub fn pause(&self) -> Result<()> {
         match &self.inner {
             Inner::Process { node, .. } => node.signal(Signal::SIGSTOP),
