@@ -1132,7 +1132,16 @@ async fn a_job_admin_creates_control_with_its_acl_and_an_intruder_cannot_steer_t
         authed(connect, "mallory").await,
     );
     let anonymous = session(connect, Duration::from_secs(10)).await;
-    let path = testing::unique_path("job-acl");
+    // An open parent first: the handle's ACL goes to every node it creates, missing ancestors
+    // included (as a recipe's does), and the shared server's test root must stay open.
+    let root = testing::unique_path("job-acl");
+    anonymous
+        .client()
+        .unwrap()
+        .mkdir(&root, &persistent())
+        .await
+        .unwrap();
+    let path = format!("{root}/job");
     let err = JobAdmin::new(&anonymous, &path)
         .unwrap()
         .with_acl(NodeAcl::creator_all())

@@ -810,8 +810,8 @@ impl JobAdmin {
         })
     }
 
-    /// The ACL of the nodes this handle creates when no replica has yet (the job's path and its
-    /// `control`): give it the job's own ([`ScheduledJobBuilder::acl`]), so that a pause or
+    /// The ACL of the nodes this handle creates when no replica has yet (the job's path, its
+    /// missing ancestors, and its `control`): give it the job's own ([`ScheduledJobBuilder::acl`]), so that a pause or
     /// trigger sent before the first leader does not leave `control` open to anyone. Default
     /// [`NodeAcl::default`] (open, as ZooKeeper's and Curator's). [`ScheduledJob::admin`]
     /// uses the job's.
