@@ -21,7 +21,9 @@
 //!    - a [`ScheduledJob`] on `<root>/job` (`every(300 ms)`, catch-up `all`), one replica per
 //!      in-process session (`job-0..2`; `job-2` has latch-2's drawn policy), whose runs write
 //!      to the fenced resource `job-row` with the run's token while the term is valid; a
-//!      restart of an in-process contender restarts the replica on its session too;
+//!      restart of an in-process contender restarts the replica on its session too (taken
+//!      down by `close()` and by `drain()` in turn: a run going on is cut off, or finishes
+//!      first);
 //! 3. every leader writes to its path's resource while it leads: in-process ones check
 //!    [`Leadership::is_valid`] and write with the term's token; a `zkr run` child's command is a
 //!    `bash` loop that sends `"$ZK_LEADER_ID $ZK_FENCING_TOKEN"` lines to the resource's TCP port
@@ -1220,6 +1222,8 @@ struct World {
     jobs: Vec<Option<ScheduledJob>>,
     job_resource: Arc<Resource>,
     job_starts: u64,
+    /// How many times a job replica was taken down (every other one drains).
+    job_closes: u64,
     /// The resource's server and the session loggers.
     _tasks: JoinSet<()>,
 }
@@ -1370,13 +1374,21 @@ impl World {
         Ok(())
     }
 
-    /// Closes the job's replica on session `i` (a run going on is cut off).
+    /// Takes the job's replica on session `i` down: by turns with `close()` (a run going on is
+    /// cut off) and with `drain()` (a run going on finishes first, within 1 s).
     async fn close_job(&mut self, i: usize) {
         let Some(job) = self.jobs.get_mut(i).and_then(Option::take) else {
             return;
         };
-        let _ = job.close().await;
-        note(&self.book, format!("{}: closed", JOB_IDS[i]));
+        self.job_closes += 1;
+        // Which of the two comes first depends on the seed.
+        if (self.config.seed + self.job_closes).is_multiple_of(2) {
+            let _ = job.drain(Duration::from_secs(1)).await;
+            note(&self.book, format!("{}: drained", JOB_IDS[i]));
+        } else {
+            let _ = job.close().await;
+            note(&self.book, format!("{}: closed", JOB_IDS[i]));
+        }
     }
 
     /// Closes contender `index` gracefully (a `zkr` child by `SIGTERM`).
@@ -1964,6 +1976,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         jobs: (0..SESSIONS).map(|_| None).collect(),
         job_resource: Resource::new(&format!("{JOB_ELECTION}-row")),
         job_starts: 0,
+        job_closes: 0,
         _tasks: tasks,
     };
     let outcome = drive(&mut world, &plan).await;
