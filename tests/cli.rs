@@ -58,12 +58,7 @@ async fn zkr_output(connect: &str, args: &[&str]) -> (ExitStatus, String) {
 
 /// Whether `pid` is a process that still runs: a zombie waiting for init to reap it does not.
 fn running(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    let state = u32::try_from(pid).ok().and_then(testing::process_state);
     !matches!(state, Some('Z' | 'X') | None)
 }
 

@@ -115,6 +115,7 @@ use std::time::Duration;
 pub use cluster::{TestingCluster, TestingClusterBuilder};
 pub use config::ServerMode;
 pub use expire::expire_session;
+pub use process::process_state;
 pub use proxy::FaultProxy;
 pub use server::{TestingServer, TestingServerBuilder};
 

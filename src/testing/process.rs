@@ -146,6 +146,12 @@ fn send(pid: u32, sig: Signal) -> Result<()> {
     })
 }
 
+/// The state letter of process `pid` as `ps` shows it (`R`, `S`, `D`, `T`, `Z`...), from
+/// `/proc/PID/stat`; `None` when there is no such process (or no `/proc`).
+pub fn process_state(pid: u32) -> Option<char> {
+    thread_state(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// Whether every thread of `pid` is stopped (`T`), traced (`t`) or gone (`Z`, `X`, or its
 /// directory vanished between listing and reading).
 fn all_threads_stopped(pid: u32) -> std::io::Result<bool> {
