@@ -18,9 +18,16 @@ const POLL: Duration = Duration::from_millis(20);
 ///
 /// Connects a twin client with the same session id and password, has it close the session, and
 /// waits until the session is gone: no server of `connect_string` lists it in its session
-/// tracker (`dump`) nor has a connection of it (`cons`). The session's ephemeral nodes are then
-/// gone; the session's own client is disconnected by the server and, when it reconnects, told
-/// that its session has expired ([`zookeeper_client::SessionState::Expired`]).
+/// tracker (`dump`), so every server has applied the close. The session's ephemeral nodes are
+/// then gone; each server closes the connections it had of the session as it applies the close,
+/// and the session's own client, when it reconnects, is told that its session has expired
+/// ([`zookeeper_client::SessionState::Expired`]).
+///
+/// A connection of the session may still show in a server's `cons` after that, and is not
+/// waited for: a follower that gets two reconnects of one session at once asks the leader to
+/// revalidate both, gets one answer, and leaves the other connection unanswered ("Missing
+/// session ... for validation" in its log) until that client gives up on it. CI once waited
+/// out its whole timeout on such a connection of a session that was long closed.
 ///
 /// The twin connects through a small interceptor that sends `CloseSession` right behind the
 /// twin's `ConnectRequest`, in the same write. Without it the session's own client wins a race:
@@ -208,22 +215,18 @@ async fn intercept(mut client: TcpStream, upstream: String) {
 }
 
 /// Whether every server that answers has forgotten session `id`: not in its session tracker
-/// (`dump`) and no connection of it (`cons`). At least one server must answer.
+/// (`dump`). At least one server must answer.
 async fn session_gone(servers: &[String], id: i64) -> bool {
-    let answers = futures::future::join_all(servers.iter().map(|s| async move {
-        let dump = process::four_letter_word(s, "dump", FLW_TIMEOUT)
-            .await
-            .ok()?;
-        let cons = process::four_letter_word(s, "cons", FLW_TIMEOUT)
-            .await
-            .ok()?;
-        Some((dump, cons))
-    }))
+    let answers = futures::future::join_all(
+        servers
+            .iter()
+            .map(|s| async move { process::four_letter_word(s, "dump", FLW_TIMEOUT).await.ok() }),
+    )
     .await;
     let mut answered = false;
-    for (dump, cons) in answers.iter().flatten() {
+    for dump in answers.iter().flatten() {
         answered = true;
-        if tracks_session(dump, id) || lists_session(cons, id) {
+        if tracks_session(dump, id) {
             return false;
         }
     }
