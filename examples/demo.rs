@@ -284,10 +284,7 @@ mod replica {
                 report(&Report::Prepared {
                     batch,
                     token: token.get(),
-                    valid_for_ms: term
-                        .valid_until()
-                        .saturating_duration_since(prepared)
-                        .as_millis() as u64,
+                    valid_for_ms: term.remaining().as_millis() as u64,
                 });
                 while !matches!(commands.recv().await, Some(Command::Send) | None) {}
                 // Woken: send at once, without checking again, as code that was paused between

@@ -32,7 +32,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -89,6 +89,11 @@ pub(crate) struct ContenderSpec {
     pub(crate) mode: TermMode,
     /// `latch`, `selector`, `mutex`: for logs.
     pub(crate) recipe: &'static str,
+    /// How long before its lease deadline a term whose lease is not renewed ends: the grace its
+    /// holder gives the work (a selector's closure, a job's run), so that the work is asked to
+    /// stop early enough to get its grace and still be stopped by the deadline (client-go's
+    /// renew deadline before its lease duration). Zero for a latch or a mutex.
+    pub(crate) stop_ahead: Duration,
 }
 
 /// Where a contender is in its life.
@@ -129,8 +134,11 @@ const EVENTS_BUFFERED: usize = 256;
 struct OwnNode {
     path: String,
     name: String,
-    /// The session it belongs to (it was created, or adopted after a check of its owner, on that
-    /// session's client).
+    /// The ZooKeeper session it belongs to (it was created, or adopted after a check of its
+    /// owner, on that session's client).
+    session_id: i64,
+    /// The client it is watched on (a session whose client gave up on it is resumed by a new
+    /// client: the node stays, the watch on it is set again).
     epoch: u64,
     /// Its creation zxid: the token of any term it wins.
     czxid: i64,
@@ -401,7 +409,22 @@ async fn step(
     let Some(live) = wait_writable(shared, feed).await else {
         return Step::Exit(Exit::Closed);
     };
-    if let Some(old) = node.as_ref().filter(|n| n.epoch != live.epoch) {
+    if let Some(own) = node
+        .as_mut()
+        .filter(|n| n.session_id == live.session_id && n.epoch != live.epoch)
+    {
+        // The same session, resumed by a new client after its old one gave up on it: the node
+        // is still ours, only the watch on it went with the old client.
+        debug!(node = %own.path, session_id = %hex(live.session_id), "the session was resumed by a new client: watching our node again");
+        own.epoch = live.epoch;
+        *watch = Some(watch_own(
+            shared.session.clone(),
+            own.path.clone(),
+            live.epoch,
+            live.session_id,
+        ));
+    }
+    if let Some(old) = node.as_ref().filter(|n| n.session_id != live.session_id) {
         // Our node belonged to an earlier session: gone, or about to go when the server expires
         // that session. Deleting it now hands its place on without waiting for the expiry.
         info!(node = %old.path, session_id = %hex(live.session_id), "new session: replacing our node of the earlier session");
@@ -440,6 +463,7 @@ async fn step(
                     let own = OwnNode {
                         path: created.path,
                         name: created.name,
+                        session_id: created.session_id,
                         epoch: created.epoch,
                         czxid: created.czxid,
                         joined: Instant::now(),
@@ -635,6 +659,10 @@ async fn lead_if_owned(
 }
 
 /// Holds a term until something ends it.
+///
+/// Its deadline is the session's lease: a lease that lapses ends the term (`DeadlinePassed`),
+/// and so does one that comes within `stop_ahead` of its deadline without being renewed, so that
+/// the holder's work is asked to stop early enough to use its grace before the deadline.
 async fn hold(
     shared: &Shared,
     feed: &mut StateFeed,
@@ -643,20 +671,26 @@ async fn hold(
     watch: &mut Option<OwnWatch>,
 ) -> TermEnd {
     let policy = shared.spec.policy;
+    let lease = live.lease();
+    let limit = shared.session.grace_limit();
+    let ahead = shared.spec.stop_ahead.min(limit);
+    if shared.spec.stop_ahead > limit {
+        warn!(node = %own.path, grace_ms = shared.spec.stop_ahead.as_millis() as u64, limit_ms = limit.as_millis() as u64,
+            "the grace does not fit in the lease this session's timeout leaves: a term whose lease is not renewed ends only this long before its deadline, and its work is stopped by the deadline");
+    }
     loop {
-        let deadline = live.safe_until();
+        if !lease.is_valid() || lease.clock().now() + ahead >= lease.deadline() {
+            warn!(node = %own.path, token = own.czxid, ahead_ms = ahead.as_millis() as u64,
+                "the term's deadline is passing: the session can no longer be proven alive in time");
+            return TermEnd::DeadlinePassed;
+        }
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return TermEnd::Closed,
             _ = shared.interrupt.cancelled() => {
                 return shared.interrupt_reason.get().copied().unwrap_or(TermEnd::Interrupted);
             }
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
-                if Instant::now() >= live.safe_until() {
-                    warn!(node = %own.path, "the term's deadline passed: the session can no longer be proven alive");
-                    return TermEnd::DeadlinePassed;
-                }
-            }
+            () = lease.until_within(ahead) => {}
             status = feed.next(shared) => {
                 // Judge by the state now, not by the event alone: an event may be stale (a
                 // suspension that is already over does not end a term whose node survived).
@@ -934,7 +968,7 @@ async fn delete_own(shared: &Shared, node: &OwnNode) {
             _ => {
                 let remaining = session
                     .safe_until_for(node.epoch)
-                    .saturating_duration_since(Instant::now());
+                    .saturating_duration_since(session.clock().now());
                 if remaining.is_zero() {
                     debug!(node = %node.path, "session gone; our node goes with it");
                     return;

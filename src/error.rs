@@ -110,6 +110,25 @@ pub enum Error {
         source: zookeeper_client::Error,
     },
 
+    /// The grace given to a term's work (a selector's closure, a scheduled job's run, `zkr`'s
+    /// command) does not fit in the lease the session timeout leaves. A term whose lease is not
+    /// renewed is asked to stop `grace` before its deadline, and its work is stopped by the
+    /// deadline whatever the grace, so a longer grace would end terms on a healthy session.
+    /// Lower the grace, or raise the session timeout (or its server tick, if that is what is
+    /// assumed).
+    #[error(
+        "a grace of {grace:?} does not fit in the lease of a {timeout:?} session: at most {limit:?} (the timeout minus the lease margin, the relay allowance of a tick and a half, and three heartbeat intervals); lower the grace or raise the session timeout"
+    )]
+    GraceTooLong {
+        /// The grace asked for.
+        grace: Duration,
+        /// The longest grace the session's timeout allows.
+        limit: Duration,
+        /// The session timeout it was measured against (the negotiated one once connected,
+        /// else the requested one).
+        timeout: Duration,
+    },
+
     /// A request would exceed the largest packet the server accepts (its `jute.maxbuffer`, see
     /// [`SessionBuilder::jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)). It was not
     /// sent: the server would have closed the connection, suspending the session and every term

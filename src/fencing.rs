@@ -5,9 +5,10 @@
 //! successor already acts. Two defences work together here:
 //!
 //! - **A deadline.** Every [`Leadership`] term is valid only until the session can no longer be
-//!   proven alive ([`Leadership::valid_until`]). Check [`Leadership::is_valid`] right before
-//!   acting: it needs no network, so a process that has just woken from a freeze sees that its
-//!   term is over before it sends anything.
+//!   proven alive ([`Leadership::valid_until`], on boot time: it counts a host's suspend, see
+//!   [`crate::clock`]). Check [`Leadership::is_valid`] right before acting: it needs no network,
+//!   so a process that has just woken from a freeze or a suspend sees that its term is over
+//!   before it sends anything.
 //! - **A fencing token.** Each term carries a [`FencingToken`]: the zxid at which the leader's
 //!   node was created (its `czxid`). A leader is always the lowest live sequence under the
 //!   election path and sequences are handed out in commit order, so a later term always has a
@@ -23,14 +24,15 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use zookeeper_client::{CheckWriteError, CreateMode, MultiWriteResult};
 
 use crate::acl::{Acl, NodeAcl};
+use crate::clock::{BootTime, Clock};
 use crate::error::{Error, Result};
-use crate::session::{Lease, Live, Session};
+use crate::session::{Lease, Live, Session, WeakSession};
 
 /// The token of a leadership term or lock hold: the creation zxid of the holder's node.
 ///
@@ -157,6 +159,8 @@ impl Fence {
 /// suspended (under [`ErrorPolicy::Standard`](crate::ErrorPolicy::Standard)), session lost, node
 /// deleted, recipe closed, or the deadline passed. [`is_valid`](Self::is_valid) also turns false
 /// the instant the deadline passes, without waiting for any task to run.
+///
+/// A term holds its session weakly: keeping an old term does not keep the session open.
 #[derive(Clone)]
 pub struct Leadership {
     inner: Arc<Term>,
@@ -214,11 +218,12 @@ struct Term {
     cancel: CancellationToken,
     reason: std::sync::OnceLock<TermEnd>,
     /// When the term stopped being valid: set once, when it ends.
-    ended_at: std::sync::OnceLock<Instant>,
+    ended_at: std::sync::OnceLock<BootTime>,
     /// The lease of the session that won the term: its deadline is the term's.
     lease: Arc<Lease>,
-    session: Session,
-    started: Instant,
+    /// Weak: an old term kept by the application does not keep the session open.
+    session: WeakSession,
+    started: BootTime,
 }
 
 impl fmt::Debug for Leadership {
@@ -260,9 +265,9 @@ impl Leadership {
                 cancel: CancellationToken::new(),
                 reason: std::sync::OnceLock::new(),
                 ended_at: std::sync::OnceLock::new(),
+                started: live.lease().clock().now(),
                 lease: live.lease(),
-                session,
-                started: Instant::now(),
+                session: session.downgrade(),
             }),
         }
     }
@@ -275,7 +280,7 @@ impl Leadership {
         let _ = self
             .inner
             .ended_at
-            .set(Instant::now().min(self.inner.lease.safe_until()));
+            .set(self.clock().now().min(self.inner.lease.deadline()));
         let _ = self.inner.reason.set(reason);
         self.inner.cancel.cancel();
     }
@@ -284,8 +289,13 @@ impl Leadership {
     /// deadline if that passed first (a process frozen past its session ends its term only when
     /// it runs again, but [`is_valid`](Self::is_valid) was false from the deadline on). For
     /// histories of terms: a successor's term never starts before this instant.
-    pub fn ended_at(&self) -> Option<Instant> {
+    pub fn ended_at(&self) -> Option<BootTime> {
         self.inner.ended_at.get().copied()
+    }
+
+    /// The clock the term is judged by: its session's ([`Session::clock`]).
+    pub fn clock(&self) -> &Clock {
+        self.inner.lease.clock()
     }
 
     /// Why the term ended, once it has.
@@ -313,8 +323,8 @@ impl Leadership {
         self.inner.session_id
     }
 
-    /// When the term began (locally).
-    pub fn started_at(&self) -> Instant {
+    /// When the term began (locally, boot time).
+    pub fn started_at(&self) -> BootTime {
         self.inner.started
     }
 
@@ -378,19 +388,76 @@ impl Leadership {
     }
 
     /// The instant up to which the term is provably held: the session's
-    /// [`safe_until`](Session::safe_until) while the session is the one that won the term. It
-    /// moves forward as the session hears from the server.
-    pub fn valid_until(&self) -> Instant {
-        if self.has_ended() {
-            return Instant::now() - Duration::from_millis(1);
+    /// [`safe_until`](Session::safe_until) while the session is the one that won the term; once
+    /// the term has ended, when it stopped being valid ([`ended_at`](Self::ended_at)). It moves
+    /// forward as the session hears from the server. Boot time: compare with
+    /// [`clock`](Self::clock)`().now()`.
+    pub fn valid_until(&self) -> BootTime {
+        match self.inner.ended_at.get() {
+            Some(at) => *at,
+            None if self.has_ended() => self.clock().now(),
+            None => self.inner.lease.deadline(),
         }
-        self.inner.lease.safe_until()
+    }
+
+    /// How long the term is provably held from now on: zero once it has ended or its deadline
+    /// has passed.
+    pub fn remaining(&self) -> Duration {
+        if self.has_ended() {
+            return Duration::ZERO;
+        }
+        self.inner
+            .lease
+            .deadline()
+            .saturating_duration_since(self.clock().now())
     }
 
     /// Whether the term still holds right now: not ended and its deadline not passed. Needs no
     /// network; call it right before every side effect.
     pub fn is_valid(&self) -> bool {
-        !self.has_ended() && Instant::now() < self.valid_until()
+        !self.has_ended() && self.inner.lease.is_valid()
+    }
+
+    /// The instant by which anything still acting for this term must have stopped, ended or
+    /// not: the lease of the session that won it. The quorum cannot expire that session, and so
+    /// no successor can start on its behalf, before it. It moves forward while the session
+    /// proves itself alive. Work that outlives its term (a closure in its grace period, a child
+    /// process after `SIGTERM`) is stopped by then at the latest.
+    pub fn stop_by(&self) -> BootTime {
+        self.inner.lease.deadline()
+    }
+
+    /// Waits until `bound` or [`stop_by`](Self::stop_by), whichever comes first, watching the
+    /// lease as it moves. Cancel safe.
+    pub(crate) async fn until_stop_by(&self, bound: BootTime) {
+        let clock = self.clock().clone();
+        let mut changes = self.inner.lease.subscribe();
+        let mut jumps = clock.jumps();
+        loop {
+            let target = bound.min(self.stop_by());
+            let left = target.saturating_duration_since(clock.now());
+            if left.is_zero() {
+                return;
+            }
+            let jumped = async {
+                match jumps.as_mut() {
+                    Some(rx) => {
+                        let _ = rx.changed().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                _ = changes.changed() => {}
+                () = jumped => {}
+            }
+        }
+    }
+
+    /// The lease of the session that won the term.
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.inner.lease
     }
 
     /// Runs `ops` as one ZooKeeper multi that first checks that the leader's node still exists,
@@ -431,20 +498,19 @@ impl Leadership {
                 reason: "the term has ended",
             });
         }
-        if Instant::now() >= self.valid_until() {
+        if !self.inner.lease.is_valid() {
             return Err(Error::NotLeader {
                 reason: "the term's deadline has passed",
             });
         }
-        let live = self
-            .inner
-            .session
-            .live_for(self.inner.epoch)
-            .ok_or(Error::NotLeader {
-                reason: "the session that won the term is gone",
-            })?;
+        let session = self.inner.session.upgrade().ok_or(Error::NotLeader {
+            reason: "the session that won the term is gone",
+        })?;
+        let live = session.live_for(self.inner.epoch).ok_or(Error::NotLeader {
+            reason: "the session that won the term is gone",
+        })?;
         let ops: Vec<FencedOp> = ops.into_iter().collect();
-        let (limit, chroot) = self.inner.session.request_limits();
+        let (limit, chroot) = session.request_limits();
         let size = fenced_request_size(chroot, &self.inner.path, &ops, self.inner.acl.entries());
         if size > limit {
             return Err(Error::RequestTooLarge { size, limit });
@@ -583,18 +649,29 @@ impl FencedOp {
 }
 
 /// The result of one [`FencedOp`].
+///
+/// A write's `mtime_ms` is the quorum leader's wall clock when it prepared the transaction: the
+/// ensemble's view of time, the same for every replica (the scheduled job decides what is due by
+/// it, not by its own clock).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FencedResult {
     /// A node was created at `path`.
+    #[non_exhaustive]
     Created {
         /// Its path.
         path: String,
+        /// Its `mtime` (milliseconds since the Unix epoch), when the server reported a valid
+        /// `Stat` (ZooKeeper before 3.7 does not, in a multi: ZOOKEEPER-4026).
+        mtime_ms: Option<i64>,
     },
     /// A node's data was set; it now has `version`.
+    #[non_exhaustive]
     DataSet {
         /// The new data version.
         version: i32,
+        /// Its new `mtime` (milliseconds since the Unix epoch).
+        mtime_ms: i64,
     },
     /// A node was deleted.
     Deleted,
@@ -602,12 +679,27 @@ pub enum FencedResult {
     Checked,
 }
 
+impl FencedResult {
+    /// The ensemble's time of the write, for a create or a set that reported one.
+    pub fn mtime_ms(&self) -> Option<i64> {
+        match self {
+            FencedResult::Created { mtime_ms, .. } => *mtime_ms,
+            FencedResult::DataSet { mtime_ms, .. } => Some(*mtime_ms),
+            _ => None,
+        }
+    }
+}
+
 impl From<MultiWriteResult> for FencedResult {
     fn from(r: MultiWriteResult) -> Self {
         match r {
-            MultiWriteResult::Create { path, .. } => FencedResult::Created { path },
+            MultiWriteResult::Create { path, stat } => FencedResult::Created {
+                path,
+                mtime_ms: (stat.mzxid > 0 && stat.mtime > 0).then_some(stat.mtime),
+            },
             MultiWriteResult::SetData { stat } => FencedResult::DataSet {
                 version: stat.version,
+                mtime_ms: stat.mtime,
             },
             MultiWriteResult::Delete => FencedResult::Deleted,
             _ => FencedResult::Checked,

@@ -22,7 +22,8 @@
 //! | `zookeeper_recipes_leader_changes_total` | counter | `path` | handovers seen by a [`LeaderObserver`](crate::LeaderObserver): the leader it reports changed |
 //! | `zookeeper_recipes_selector_overruns_total` | counter | `path` | [`LeaderSelector`](crate::LeaderSelector) closures aborted after their grace period |
 //! | `zookeeper_recipes_connection_state_changes_total` | counter | `state` | connection state changes of every [`Session`](crate::Session) (`connected`, `suspended`, `reconnected`, `lost`, `read_only`, `closed`) |
-//! | `zookeeper_recipes_session_losses_total` | counter | | sessions lost (`Lost`; a deliberate close is not counted) |
+//! | `zookeeper_recipes_session_losses_total` | counter | | sessions lost (`Lost`: the servers said the session expired, or the client gave up on it; a deliberate close is not counted) |
+//! | `zookeeper_recipes_lease_lapses_total` | counter | | leases that lapsed: a session could not prove within its timeout that the quorum heard of it, so every term on it ended (the session itself was kept) |
 //! | `zookeeper_recipes_job_slots_started_total` | counter | `path`, `id` | slots a [`ScheduledJob`](crate::ScheduledJob) replica claimed and started (retries and triggers included) |
 //! | `zookeeper_recipes_job_slots_ended_total` | counter | `path`, `id`, `outcome` | slot ends this replica recorded: `succeeded`, `failed`, `parked` (a cut-off slot settled by the on-crash policy counts here too), or `abandoned` (the end was refused because the term was over; the slot stays open for the next leader) |
 //! | `zookeeper_recipes_job_slots_not_run_total` | counter | `path`, `id`, `reason` | slots recorded as not run: `overlap`, `paused`, `catch_up` (each slot of a folded `missed` range counts) |
@@ -59,6 +60,8 @@ pub const SELECTOR_OVERRUNS: &str = "zookeeper_recipes_selector_overruns_total";
 pub const CONNECTION_STATE_CHANGES: &str = "zookeeper_recipes_connection_state_changes_total";
 /// Sessions lost.
 pub const SESSION_LOSSES: &str = "zookeeper_recipes_session_losses_total";
+/// Leases that lapsed (terms ended, session kept).
+pub const LEASE_LAPSES: &str = "zookeeper_recipes_lease_lapses_total";
 /// Slots a scheduled job's replica claimed and started.
 pub const JOB_SLOTS_STARTED: &str = "zookeeper_recipes_job_slots_started_total";
 /// Slot ends a scheduled job's replica recorded, by outcome.
@@ -136,6 +139,12 @@ pub(crate) fn connection_state(state: ConnectionState) {
             metrics::counter!(SESSION_LOSSES).increment(1);
         }
     }
+}
+
+/// A session's lease lapsed: its terms end, the session is kept.
+pub(crate) fn lease_lapsed() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(LEASE_LAPSES).increment(1);
 }
 
 /// A scheduled job on `path` reported `event`; `run_time` is how long the slot running now has

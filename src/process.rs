@@ -7,12 +7,21 @@
 //!   everything it forks (a shell's children, worker processes) can be signalled at once.
 //! - **Stopped when the term ends, for any reason**: the term's [`Leadership::cancelled`] future
 //!   fires (connection suspended, session lost, node deleted, recipe closed), *or* its deadline
-//!   [`Leadership::valid_until`] passes. The deadline is checked against the clock every time the
-//!   supervisor runs and a timer is re-armed on it as it moves forward, so a process that was
-//!   frozen past its session (SIGSTOP, VM pause, a stalled host) stops its command the moment it
-//!   runs again, before any network round trip. Stopping means `SIGTERM` (and `SIGCONT`, so a
-//!   stopped process can act on it) to the whole group at once, and `SIGKILL` to the group when
-//!   the grace period runs out.
+//!   [`Leadership::valid_until`] passes. The deadline is on boot time, which counts a host's
+//!   suspend ([`crate::clock`]), and is checked every time the supervisor runs, so a process
+//!   that was frozen past its session (`SIGSTOP`, a stalled host) or whose host was suspended
+//!   stops its command the moment it runs again, before any network round trip. Stopping means
+//!   `SIGTERM` (and `SIGCONT`, so a stopped process can act on it) to the whole group at once,
+//!   and `SIGKILL` to the group when the grace period runs out **or the term's lease
+//!   ([`Leadership::stop_by`]) passes, whichever comes first**: after the lease a successor may
+//!   start, so a command that ignores `SIGTERM` is not given the rest of its grace then. (A
+//!   selector whose lease is not renewed ends its term the grace before the lease's deadline,
+//!   so a command that does stop gets its grace.)
+//! - **What no clock of this host sees**: a hypervisor that pauses the VM and restores its clock
+//!   on resume (`virsh suspend`, QEMU `stop`/`cont` with kvmclock) hides the pause from boot time
+//!   too. The command is stopped only once the session sees the guest's wall clock stepped back
+//!   into line (a lease voided by a wall clock that ran ahead of boot time), and until then only
+//!   fencing protects the resource.
 //! - **Done only when the whole group is gone**: [`SupervisedCommand::run`] returns once
 //!   `killpg(pgid, 0)` says `ESRCH`, never while a process of the group may still act as leader.
 //!   If the command exits by itself but leaves processes behind in its group, those are stopped
@@ -52,13 +61,13 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::ExitStatus;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::fencing::{FencingToken, Leadership};
@@ -442,8 +451,9 @@ impl SupervisedCommand {
         let mut loss = LossWatch::new(term);
         let shutdown = self.shutdown.clone();
         let mut stopping: Option<StopReason> = None;
-        let kill_at = tokio::time::sleep(Duration::ZERO);
-        tokio::pin!(kill_at);
+        // Armed by the first stop: SIGKILL at the end of the grace, or at the term's lease,
+        // whichever comes first.
+        let mut kill_at: Option<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = None;
         let mut killed = false;
         let mut exit: Option<CmdExit> = None;
         let mut poll = tokio::time::interval(GROUP_POLL);
@@ -456,19 +466,19 @@ impl SupervisedCommand {
             tokio::select! {
                 biased;
                 reason = &mut loss, if stopping.is_none() => {
-                    let reason = self.begin_stop(pgid, reason, kill_at.as_mut(), &mut on_event);
+                    let reason = self.begin_stop(pgid, reason, term, &mut kill_at, &mut on_event);
                     stopping = Some(reason);
                 }
                 _ = shutdown.cancelled(), if stopping.is_none() => {
                     let reason = StopReason::Shutdown;
-                    stopping = Some(self.begin_stop(pgid, reason, kill_at.as_mut(), &mut on_event));
+                    stopping = Some(self.begin_stop(pgid, reason, term, &mut kill_at, &mut on_event));
                 }
-                _ = &mut kill_at, if stopping.is_some() && !killed => {
+                _ = maybe(&mut kill_at), if stopping.is_some() && !killed => {
                     killed = true;
                     match signal_group(pgid, Signal::SIGKILL) {
                         Ok(()) => {
                             warn!(pgid = pid, grace_ms = self.grace.as_millis() as u64,
-                                "the command's group outlived the grace period: sent SIGKILL");
+                                "the command's group outlived the grace period (or the term's lease): sent SIGKILL");
                             on_event(ProcessEvent::Signalled {
                                 signal: StopSignal::Kill,
                                 reason: StopReason::GraceExpired,
@@ -489,7 +499,8 @@ impl SupervisedCommand {
                         stopping = Some(self.begin_stop(
                             pgid,
                             StopReason::Leftovers,
-                            kill_at.as_mut(),
+                            term,
+                            &mut kill_at,
                             &mut on_event,
                         ));
                     }
@@ -508,12 +519,14 @@ impl SupervisedCommand {
 }
 
 impl SupervisedCommand {
-    /// `SIGTERM` (and `SIGCONT`) to the group, and the `SIGKILL` timer armed.
-    fn begin_stop(
+    /// `SIGTERM` (and `SIGCONT`) to the group, and the `SIGKILL` timer armed: the grace from
+    /// now, or the term's lease, whichever comes first.
+    fn begin_stop<'t>(
         &self,
         pgid: Pid,
         reason: StopReason,
-        kill_at: Pin<&mut tokio::time::Sleep>,
+        term: &'t Leadership,
+        kill_at: &mut Option<Pin<Box<dyn Future<Output = ()> + Send + 't>>>,
         on_event: &mut impl FnMut(ProcessEvent),
     ) -> StopReason {
         match signal_group(pgid, Signal::SIGTERM) {
@@ -533,7 +546,8 @@ impl SupervisedCommand {
                 debug!(pgid = pgid.as_raw(), error = %e, "could not SIGTERM the command's group")
             }
         }
-        kill_at.reset(tokio::time::Instant::now() + self.grace);
+        let bound = term.clock().now() + self.grace;
+        *kill_at = Some(Box::pin(term.until_stop_by(bound)));
         reason
     }
 }
@@ -652,26 +666,29 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Completes when the term is over: its token fired, or its deadline passed. Checks the clock on
-/// every poll, whatever woke the task, so a wake from a freeze is noticed at the first poll.
+/// Completes when the term is over: its token fired, or its deadline passed. Checks the term on
+/// every poll, whatever woke the task, so a wake from a freeze is noticed at the first poll; a
+/// host's suspend ends the term from the session's boot-time timer.
 struct LossWatch<'a> {
     term: &'a Leadership,
-    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    armed_for: Instant,
+    wait: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
 }
 
 impl<'a> LossWatch<'a> {
     fn new(term: &'a Leadership) -> Self {
-        let until = term.valid_until();
         LossWatch {
             term,
-            cancelled: Box::pin(term.cancelled()),
-            sleep: Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
-                until,
-            ))),
-            armed_for: until,
+            wait: Self::wait(term),
         }
+    }
+
+    fn wait(term: &'a Leadership) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(async move {
+            tokio::select! {
+                () = term.ended() => {}
+                () = term.lease().until_within(Duration::ZERO) => {}
+            }
+        })
     }
 }
 
@@ -683,39 +700,26 @@ impl Future for LossWatch<'_> {
             if self.term.has_ended() {
                 return Poll::Ready(StopReason::TermEnded);
             }
-            let until = self.term.valid_until();
-            if Instant::now() >= until {
-                return Poll::Ready(if self.term.has_ended() {
-                    StopReason::TermEnded
-                } else {
-                    StopReason::DeadlinePassed
-                });
+            if !self.term.is_valid() {
+                return Poll::Ready(StopReason::DeadlinePassed);
             }
-            if self.cancelled.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(StopReason::TermEnded);
-            }
-            if until != self.armed_for {
-                self.armed_for = until;
-                self.sleep
-                    .as_mut()
-                    .reset(tokio::time::Instant::from_std(until));
-            }
-            match self.sleep.as_mut().poll(cx) {
-                // The deadline as armed has passed: look at the (possibly moved) deadline again.
+            match self.wait.as_mut().poll(cx) {
+                // Something moved: look at the term again, and wait anew if it still holds.
                 Poll::Ready(()) => {
-                    if self.term.valid_until() == self.armed_for && Instant::now() < self.armed_for
-                    {
-                        // The timer fired a hair early by the std clock; re-arm a millisecond on.
-                        let later = self.armed_for + Duration::from_millis(1);
-                        self.sleep
-                            .as_mut()
-                            .reset(tokio::time::Instant::from_std(later));
-                    }
-                    continue;
+                    let term = self.term;
+                    self.wait = Self::wait(term);
                 }
                 Poll::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+/// Waits for `fut` when there is one, for ever when there is none.
+async fn maybe<F: Future + Unpin>(fut: &mut Option<F>) -> F::Output {
+    match fut {
+        Some(f) => f.await,
+        None => std::future::pending().await,
     }
 }
 

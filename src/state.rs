@@ -8,9 +8,10 @@
 //! |--------------------------------------------------------|-----------------|
 //! | first session established                              | `Connected`     |
 //! | connection dropped, session may be alive               | `Suspended`     |
-//! | connection back, same session                          | `Reconnected`   |
+//! | connected, but the lease lapsed: nothing proves the quorum heard of the session within its timeout | `Suspended` |
+//! | connection back (and the lease proven), same session   | `Reconnected`   |
 //! | new session established after `Lost`                    | `Reconnected`   |
-//! | server said expired, or no reply for the session timeout | `Lost`          |
+//! | server said expired, or the client gave up on the session | `Lost`        |
 //! | connected to a read-only server                         | `ReadOnly`      |
 //! | closed on purpose ([`Session::close`](crate::Session::close), last clone dropped) | `Closed` |
 //!
@@ -22,21 +23,26 @@ use std::fmt;
 /// The state of the connection to ZooKeeper, as Curator's `ConnectionState`.
 ///
 /// # Curator
-/// `org.apache.curator.framework.state.ConnectionState`: the same five values. Like Curator's
-/// "simulated session expiration", `Lost` is also reported when this process has not heard from
-/// the server for the negotiated session timeout, because from then on the server may have
-/// expired the session and handed its ephemeral nodes' roles to someone else.
+/// `org.apache.curator.framework.state.ConnectionState`: the same five values. Where Curator
+/// simulates a session expiration after a suspension as long as the session timeout, a session
+/// here ends every term at its lease deadline (which comes earlier) and reports `Suspended`,
+/// but keeps its ZooKeeper session: `Lost` is reported when the servers say the session
+/// expired, or when the client gives up on it (about 7/5 of the timeout without a connection).
+/// A Curator client that is suspended and then reconnects keeps its session too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ConnectionState {
     /// The first ZooKeeper session of this [`Session`](crate::Session) was established.
     Connected,
-    /// The connection was lost; the session may still be alive on the server.
+    /// The connection was lost, or the session can no longer prove that the quorum heard of it
+    /// within its timeout (its lease lapsed); the session may still be alive on the server.
+    /// Every term on it has ended; the session keeps proving itself.
     Suspended,
     /// The connection is back: either the same session (its ephemeral nodes survived) or, after
     /// [`Lost`](Self::Lost), a new session (they did not).
     Reconnected,
-    /// The session is gone, or can no longer be proven alive. No recipe may still act as leader.
+    /// The session is gone: the servers said it expired, or the client gave up on it. No
+    /// recipe may still act as leader.
     Lost,
     /// Connected to a server in read-only mode: reads work, writes (and so elections) do not.
     ReadOnly,
@@ -113,12 +119,11 @@ pub(crate) enum ClientSignal {
     Connected,
     /// `ConnectedReadOnly`.
     ConnectedReadOnly,
-    /// `Disconnected`.
+    /// `Disconnected`, or the lease lapsed (the session cannot prove that the quorum heard of
+    /// it within its timeout): either way nothing may act on the session's terms.
     Disconnected,
     /// `Expired`, `Closed` or `AuthFailed`: this client is finished.
     Terminated,
-    /// The session's own deadline (last acknowledged send + session timeout) passed.
-    DeadlinePassed,
 }
 
 /// The next state after `signal`, or `None` when nothing changes.
@@ -150,7 +155,7 @@ pub(crate) fn next_state(
         (Some(_), S::ConnectedReadOnly) => C::ReadOnly,
         (Some(C::Suspended), S::Disconnected) => return None,
         (Some(_), S::Disconnected) => C::Suspended,
-        (Some(_), S::Terminated | S::DeadlinePassed) => C::Lost,
+        (Some(_), S::Terminated) => C::Lost,
     };
     (Some(next) != current).then_some(next)
 }
@@ -168,7 +173,6 @@ mod tests {
             S::ConnectedReadOnly,
             S::Disconnected,
             S::Terminated,
-            S::DeadlinePassed,
         ] {
             assert_eq!(next_state(Some(C::Closed), signal, true), None);
         }
@@ -190,7 +194,6 @@ mod tests {
     #[test]
     fn nothing_is_suspended_or_lost_before_the_first_session() {
         assert_eq!(next_state(None, S::Disconnected, false), None);
-        assert_eq!(next_state(None, S::DeadlinePassed, false), None);
         assert_eq!(next_state(None, S::Terminated, false), None);
     }
 
@@ -212,14 +215,19 @@ mod tests {
     }
 
     #[test]
-    fn expiry_and_deadline_are_lost_from_any_live_state() {
+    fn expiry_is_lost_from_any_live_state_and_a_lapse_only_suspends() {
         for from in [C::Connected, C::Suspended, C::Reconnected, C::ReadOnly] {
             assert_eq!(next_state(Some(from), S::Terminated, false), Some(C::Lost));
-            assert_eq!(
-                next_state(Some(from), S::DeadlinePassed, false),
-                Some(C::Lost)
-            );
         }
+        // A lapsed lease is reported as a disconnect: suspended, and back once proven.
+        assert_eq!(
+            next_state(Some(C::Connected), S::Disconnected, false),
+            Some(C::Suspended)
+        );
+        assert_eq!(
+            next_state(Some(C::Suspended), S::Connected, false),
+            Some(C::Reconnected)
+        );
     }
 
     #[test]

@@ -184,6 +184,7 @@ impl Pair {
 
     /// Waits until A's term has ended and B's has started; measures against `fault`.
     async fn outcome(&self, row: &str, fault: Instant) -> Outcome {
+        let fault_instant = fault;
         let b_term = within(
             BOUND,
             &format!("{row} {:?}: latch B to be elected", self.policy),
@@ -204,10 +205,12 @@ impl Pair {
         )
         .await;
         let b_started = b_term.started_at();
+        // `fault` on boot time: both terms' instants are.
+        let fault = zookeeper_recipes::clock::BootTime::now() - fault.elapsed();
         Outcome {
             policy: self.policy,
             b_started: b_started.saturating_duration_since(fault),
-            a_invalid: a_invalid.saturating_duration_since(fault),
+            a_invalid: a_invalid.saturating_duration_since(fault_instant),
             a_ended: a_ended.saturating_duration_since(fault),
             overlap: (a_ended > b_started).then(|| a_ended - b_started),
         }

@@ -190,7 +190,10 @@ impl PoolTerms {
     }
 
     fn terms(&self, epoch: Instant) -> Vec<Term> {
-        let micros = |at: Instant| at.saturating_duration_since(epoch).as_micros() as u64;
+        let epoch = zookeeper_recipes::clock::BootTime::now() - epoch.elapsed();
+        let micros = |at: zookeeper_recipes::clock::BootTime| {
+            at.saturating_duration_since(epoch).as_micros() as u64
+        };
         let recordings = self.0.lock().unwrap().clone();
         recordings
             .iter()

@@ -45,8 +45,8 @@
 //! `run`, `lock` and `cron run` (whose stdout belongs to CMD).
 //!
 //! ```text
-//! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS,"started_mono_ns":NS}
-//! {"event":"not_leader","id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"ts_ms":MS,"ended_mono_ns":NS}
+//! {"event":"leader","id":ID,"token":CZXID,"path":NODE,"ts_ms":MS,"started_mono_ns":NS,"started_boot_ns":NS}
+//! {"event":"not_leader","id":ID,"token":CZXID,"path":NODE,"reason":TERM_END,"ts_ms":MS,"ended_mono_ns":NS,"ended_boot_ns":NS}
 //! {"event":"state","state":"connected|suspended|reconnected|lost|read_only","id":ID,"path":NODE|null,"ts_ms":MS}
 //! {"event":"cmd_started","pid":PID,"token":CZXID,"ts_ms":MS}              (run, lock, cron run)
 //! {"event":"cmd_signalled","signal":"SIGTERM|SIGKILL","reason":R,"ts_ms":MS} (run, lock, cron run)
@@ -81,12 +81,14 @@
 //! `job_resumed` say that this leader saw an operator's `zkr cron pause` or `resume`: while
 //! paused it starts no slot but triggers.
 //!
-//! Every line also carries `"mono_ns":NS`, the moment it was written. `ts_ms` is wall-clock time
-//! (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields are the machine's
-//! `CLOCK_MONOTONIC` in nanoseconds ([`MonotonicTime`]), which every process of the machine
-//! shares, for programs that compare zkr's terms with their own (the fault trials do).
-//! `started_mono_ns` is when the term began ([`Leadership::started_at`]; absent on `watch`'s
-//! lines, whose terms are other processes'); `ended_mono_ns` is when it stopped being valid
+//! Every line also carries `"mono_ns":NS` and `"boot_ns":NS`, the moment it was written. `ts_ms`
+//! is wall-clock time (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields
+//! are the machine's `CLOCK_MONOTONIC` in nanoseconds ([`MonotonicTime`]) and the `*_boot_ns`
+//! fields the same instants on `CLOCK_BOOTTIME` ([`BootTime`], which also counts the time the
+//! host was suspended: the clock zkr's deadlines run on), both shared by every process of the
+//! machine, for programs that compare zkr's terms with their own (the fault trials do).
+//! `started_mono_ns` (`started_boot_ns`) is when the term began ([`Leadership::started_at`]; absent on `watch`'s
+//! lines, whose terms are other processes'); `ended_mono_ns` (`ended_boot_ns`) is when it stopped being valid
 //! ([`Leadership::ended_at`]: the earlier of its end and its deadline, so a zkr frozen past its
 //! deadline reports the deadline, not the moment it woke), or, for a term that had not ended yet
 //! when the line was written (run and lock, after CMD exited by itself and before the release),
@@ -179,7 +181,7 @@ use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures::{Stream, StreamExt};
@@ -188,7 +190,7 @@ use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::sync::broadcast;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use zookeeper_recipes::clock::MonotonicTime;
+use zookeeper_recipes::clock::{BootTime, MonotonicTime};
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SlotRun,
 };
@@ -219,6 +221,12 @@ struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
         default_value = "10s", global = true)]
     session_timeout: Duration,
+
+    /// The servers' tickTime, which the lease's deadline depends on [default: assumed: 2s, at
+    /// most a third of the session timeout, with a warning in the log]. A larger value is
+    /// always safe; a smaller one than the servers' is not
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, global = true)]
+    server_tick_time: Option<Duration>,
 
     #[command(subcommand)]
     command: Command,
@@ -306,14 +314,12 @@ struct SupervisedArgs {
     /// Participant id [default: HOSTNAME-PID-RANDOM]
     #[arg(long, value_parser = parse_id)]
     id: Option<String>,
-    /// Time between SIGTERM and SIGKILL to CMD's process group
-    #[arg(
-        long,
-        value_name = "DURATION",
-        value_parser = humantime::parse_duration,
-        default_value = "5s"
-    )]
-    grace: Duration,
+    /// Time between SIGTERM and SIGKILL to CMD's process group, at most until the term's lease
+    /// passes (a successor may start then). It must fit in the lease the session timeout
+    /// leaves (2.75s for the default 10s with a 2s tick): a longer one is refused (exit 2)
+    /// [default: 5s, lowered to that limit]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    grace: Option<Duration>,
     #[command(flatten)]
     policy: PolicyArg,
     /// The command and its arguments (after `--`)
@@ -587,25 +593,48 @@ async fn async_main(cli: Cli) -> ExitCode {
         .clone()
         .or_else(|| std::env::var("ZK_CONNECT").ok().filter(|h| !h.is_empty()))
         .unwrap_or_else(|| DEFAULT_CONNECT.to_owned());
+    let conn = Conn {
+        hosts,
+        server_tick_time: cli.server_tick_time,
+    };
+    // CMD's grace must fit in the lease: refused before connecting, as a usage error.
+    let grace = match &cli.command {
+        Command::Run(RunArgs { supervised, .. })
+        | Command::Lock(LockArgs { supervised, .. })
+        | Command::Cron(CronCommand::Run(CronRunArgs { supervised, .. })) => {
+            Some(resolve_grace(&conn, cli.session_timeout, supervised.grace))
+        }
+        _ => None,
+    };
+    let grace = match grace {
+        Some(Err(message)) => {
+            eprintln!("zkr: {message}");
+            return ExitCode::from(2);
+        }
+        Some(Ok(grace)) => grace,
+        None => process::DEFAULT_GRACE,
+    };
     let result = match cli.command {
         Command::Latch { path, id, policy } => {
-            latch(&hosts, cli.session_timeout, path, id, policy.policy()).await
+            latch(&conn, cli.session_timeout, path, id, policy.policy()).await
         }
-        Command::Participants { path } => participants(&hosts, cli.session_timeout, &path).await,
-        Command::Leader { path } => leader(&hosts, cli.session_timeout, &path).await,
+        Command::Participants { path } => participants(&conn, cli.session_timeout, &path).await,
+        Command::Leader { path } => leader(&conn, cli.session_timeout, &path).await,
         Command::Pool {
             root,
             jobs,
             id,
             policy,
-        } => pool(&hosts, cli.session_timeout, root, jobs, id, policy.policy()).await,
+        } => pool(&conn, cli.session_timeout, root, jobs, id, policy.policy()).await,
         Command::Watch { path, lock_name } => {
-            watch(&hosts, cli.session_timeout, path, lock_name).await
+            watch(&conn, cli.session_timeout, path, lock_name).await
         }
-        Command::Run(args) => run(&hosts, cli.session_timeout, args).await,
-        Command::Lock(args) => lock(&hosts, cli.session_timeout, args).await,
-        Command::Cron(CronCommand::Run(args)) => cron_run(&hosts, cli.session_timeout, args).await,
-        Command::Cron(admin) => cron_admin(&hosts, cli.session_timeout, admin).await,
+        Command::Run(args) => run(&conn, cli.session_timeout, grace, args).await,
+        Command::Lock(args) => lock(&conn, cli.session_timeout, grace, args).await,
+        Command::Cron(CronCommand::Run(args)) => {
+            cron_run(&conn, cli.session_timeout, grace, args).await
+        }
+        Command::Cron(admin) => cron_admin(&conn, cli.session_timeout, admin).await,
         Command::Exec { .. } => Err(Fail("__exec is handled before the runtime starts".into())),
     };
     match result {
@@ -617,12 +646,58 @@ async fn async_main(cli: Cli) -> ExitCode {
     }
 }
 
-async fn connect(hosts: &str, session_timeout: Duration) -> Result<Session, Fail> {
-    Session::builder(hosts)
-        .session_timeout(session_timeout)
-        .connect()
-        .await
-        .map_err(|e| Fail(format!("cannot connect to ZooKeeper at {hosts}: {e}")))
+/// Where and how to connect: the global options.
+#[derive(Debug, Clone)]
+struct Conn {
+    hosts: String,
+    server_tick_time: Option<Duration>,
+}
+
+impl Conn {
+    fn builder(&self, session_timeout: Duration) -> zookeeper_recipes::SessionBuilder {
+        let builder = Session::builder(&self.hosts).session_timeout(session_timeout);
+        match self.server_tick_time {
+            Some(tick) => builder.server_tick_time(tick),
+            None => builder,
+        }
+    }
+}
+
+async fn connect(conn: &Conn, session_timeout: Duration) -> Result<Session, Fail> {
+    conn.builder(session_timeout).connect().await.map_err(|e| {
+        Fail(format!(
+            "cannot connect to ZooKeeper at {}: {e}",
+            conn.hosts
+        ))
+    })
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be greater than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// CMD's grace: `--grace` when it fits in the lease the session timeout leaves, else a usage
+/// error; without `--grace`, 5 s or the limit, whichever is shorter.
+fn resolve_grace(
+    conn: &Conn,
+    session_timeout: Duration,
+    asked: Option<Duration>,
+) -> Result<Duration, String> {
+    let limit = conn.builder(session_timeout).grace_limit();
+    match asked {
+        Some(grace) if grace > limit => Err(format!(
+            "--grace {} does not fit in the lease of a {} session: at most {} (the timeout minus the lease margin, a tick and a half, and three heartbeats); lower --grace or raise --session-timeout",
+            humantime::format_duration(grace),
+            humantime::format_duration(session_timeout),
+            humantime::format_duration(limit)
+        )),
+        Some(grace) => Ok(grace),
+        None => Ok(process::DEFAULT_GRACE.min(limit)),
+    }
 }
 
 /// How long zkr waits for the server to confirm the close of its session on the way out. A
@@ -654,6 +729,9 @@ enum Event<'a> {
         /// began.
         #[serde(skip_serializing_if = "Option::is_none")]
         started_mono_ns: Option<u64>,
+        /// The same instant on `CLOCK_BOOTTIME`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        started_boot_ns: Option<u64>,
     },
     NotLeader {
         id: &'a str,
@@ -662,6 +740,8 @@ enum Event<'a> {
         reason: &'a str,
         ts_ms: u64,
         ended_mono_ns: u64,
+        /// The same instant on `CLOCK_BOOTTIME`.
+        ended_boot_ns: u64,
     },
     State {
         state: &'a str,
@@ -772,17 +852,15 @@ enum Event<'a> {
     },
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds at `at`.
-fn mono_ns(at: Instant) -> u64 {
-    MonotonicTime::from_instant(at).as_nanos()
+/// `CLOCK_MONOTONIC` in nanoseconds at boot time `at`.
+fn mono_ns(at: BootTime) -> u64 {
+    MonotonicTime::from_boot(at).as_nanos()
 }
 
 /// When `term` stopped being valid; for a term not ended yet, now or its deadline if earlier.
-fn ended_mono_ns(term: &Leadership) -> u64 {
-    mono_ns(
-        term.ended_at()
-            .unwrap_or_else(|| Instant::now().min(term.valid_until())),
-    )
+fn term_end(term: &Leadership) -> BootTime {
+    term.ended_at()
+        .unwrap_or_else(|| term.clock().now().min(term.valid_until()))
 }
 
 fn now_ms() -> u64 {
@@ -804,6 +882,7 @@ impl Out {
         let mut value = serde_json::to_value(event).map_err(std::io::Error::other)?;
         if let serde_json::Value::Object(fields) = &mut value {
             fields.insert("mono_ns".to_owned(), MonotonicTime::now().as_nanos().into());
+            fields.insert("boot_ns".to_owned(), BootTime::now().as_nanos().into());
         }
         let mut line = serde_json::to_vec(&value).map_err(std::io::Error::other)?;
         line.push(b'\n');
@@ -894,14 +973,14 @@ where
 // latch, participants, leader
 
 async fn latch(
-    hosts: &str,
+    conn: &Conn,
     session_timeout: Duration,
     path: String,
     id: Option<String>,
     policy: ErrorPolicy,
 ) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let mut builder = LeaderLatch::builder(&session, &path)
         .close_mode(CloseMode::NotifyLeader)
         .error_policy(policy);
@@ -957,6 +1036,7 @@ fn print_latch_event(
                 path: term.path(),
                 ts_ms: now_ms(),
                 started_mono_ns: Some(mono_ns(term.started_at())),
+                started_boot_ns: Some(term.started_at().as_nanos()),
             })
         }
         LatchEvent::NotLeader { token, reason } => {
@@ -967,16 +1047,15 @@ fn print_latch_event(
                 .map(|t| t.path().to_owned())
                 .or_else(|| latch.our_path())
                 .unwrap_or_default();
-            let ended = term
-                .as_ref()
-                .map_or_else(|| mono_ns(Instant::now()), ended_mono_ns);
+            let ended = term.as_ref().map_or_else(BootTime::now, term_end);
             Out::Stdout.emit(&Event::NotLeader {
                 id,
                 token: token.get(),
                 path: &path,
                 reason: reason.as_str(),
                 ts_ms: now_ms(),
-                ended_mono_ns: ended,
+                ended_mono_ns: mono_ns(ended),
+                ended_boot_ns: ended.as_nanos(),
             })
         }
         LatchEvent::State(state) => {
@@ -993,13 +1072,13 @@ fn print_latch_event(
 }
 
 async fn watch(
-    hosts: &str,
+    conn: &Conn,
     session_timeout: Duration,
     path: String,
     lock_name: Option<String>,
 ) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let mut builder = LeaderObserver::builder(&session, &path);
     if let Some(lock_name) = lock_name {
         builder = builder.lock_name(lock_name);
@@ -1028,7 +1107,7 @@ async fn watch(
 }
 
 async fn pool(
-    hosts: &str,
+    conn: &Conn,
     session_timeout: Duration,
     root: String,
     jobs: Vec<String>,
@@ -1036,7 +1115,7 @@ async fn pool(
     policy: ErrorPolicy,
 ) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let mut builder = LeaderPool::builder(&session, &root)
         .jobs(jobs)
         .error_policy(policy);
@@ -1087,8 +1166,9 @@ async fn pool(
 }
 
 /// Wall-clock milliseconds of a past instant.
-fn wall_ms(at: Instant) -> u64 {
-    let ago = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+fn wall_ms(at: BootTime) -> u64 {
+    let ago = u64::try_from(BootTime::now().saturating_duration_since(at).as_millis())
+        .unwrap_or(u64::MAX);
     now_ms().saturating_sub(ago)
 }
 
@@ -1108,7 +1188,7 @@ fn print_pool_event(id: &str, event: &PoolEvent) -> std::io::Result<()> {
             token: term.token().get(),
             path: term.path(),
             reason: reason.as_str(),
-            until_ms: wall_ms(term.ended_at().unwrap_or_else(Instant::now)),
+            until_ms: wall_ms(term.ended_at().unwrap_or_else(BootTime::now)),
             ts_ms: now_ms(),
         }),
         PoolEvent::Assignment(a) => Out::Stdout.emit(&Event::Assignment {
@@ -1134,6 +1214,7 @@ fn print_observer_event(event: &ObserverEvent) -> std::io::Result<()> {
             path: &leader.node,
             ts_ms: now_ms(),
             started_mono_ns: None,
+            started_boot_ns: None,
         }),
         ObserverEvent::NoLeader => Out::Stdout.emit(&Event::NoLeader { ts_ms: now_ms() }),
         ObserverEvent::State(state) => Out::Stdout.emit(&Event::ObserverState {
@@ -1145,11 +1226,11 @@ fn print_observer_event(event: &ObserverEvent) -> std::io::Result<()> {
 }
 
 async fn participants(
-    hosts: &str,
+    conn: &Conn,
     session_timeout: Duration,
     path: &str,
 ) -> Result<ExitCode, Fail> {
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let result = participants_on(&session, path).await;
     close_session(&session).await;
     let list = result?;
@@ -1157,8 +1238,8 @@ async fn participants(
     Ok(ExitCode::SUCCESS)
 }
 
-async fn leader(hosts: &str, session_timeout: Duration, path: &str) -> Result<ExitCode, Fail> {
-    let session = connect(hosts, session_timeout).await?;
+async fn leader(conn: &Conn, session_timeout: Duration, path: &str) -> Result<ExitCode, Fail> {
+    let session = connect(conn, session_timeout).await?;
     let result = participants_on(&session, path).await;
     close_session(&session).await;
     println!("{}", leader_of(result?).id);
@@ -1187,7 +1268,7 @@ fn term_end_reason(session: &Session, term: &Leadership, reason: StopReason) -> 
                 Some(ConnectionState::ReadOnly) => "read_only",
                 Some(ConnectionState::Lost) => "lost",
                 _ if session.session_id() != Some(term.session_id()) => "lost",
-                _ if Instant::now() >= session.safe_until() => "deadline_passed",
+                _ if session.clock().now() >= session.safe_until() => "deadline_passed",
                 _ => "node_deleted",
             }
         }
@@ -1211,6 +1292,7 @@ impl TermReport<'_> {
             path: self.term.path(),
             ts_ms: now_ms(),
             started_mono_ns: Some(mono_ns(self.term.started_at())),
+            started_boot_ns: Some(self.term.started_at().as_nanos()),
         });
     }
 
@@ -1224,7 +1306,8 @@ impl TermReport<'_> {
             path: self.term.path(),
             reason,
             ts_ms: now_ms(),
-            ended_mono_ns: ended_mono_ns(self.term),
+            ended_mono_ns: mono_ns(term_end(self.term)),
+            ended_boot_ns: term_end(self.term).as_nanos(),
         });
     }
 
@@ -1316,16 +1399,21 @@ fn command_spec(argv: Vec<OsString>) -> Result<CommandSpec, Fail> {
     })
 }
 
-async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<ExitCode, Fail> {
+async fn run(
+    conn: &Conn,
+    session_timeout: Duration,
+    grace: Duration,
+    args: RunArgs,
+) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
     let cmd = command_spec(args.supervised.command)?;
     if let Err(e) = process::become_child_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let shutdown = CancellationToken::new();
     let supervisor = SupervisedCommand::new(cmd)
-        .grace(args.supervised.grace)
+        .grace(grace)
         .shutdown(shutdown.clone());
 
     // The selector's closure hands each term to this task and waits until CMD's group is gone.
@@ -1334,7 +1422,11 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
     let (term_tx, mut term_rx) = mpsc::channel::<(Leadership, oneshot::Sender<()>)>(1);
     let mut builder = LeaderSelector::builder(&session, &args.path)
         .auto_requeue(args.requeue)
-        .grace(args.supervised.grace * 2 + Duration::from_secs(5))
+        // A term whose lease is not renewed ends CMD's grace before the lease's deadline, so
+        // that CMD gets its grace; zkr stops CMD itself (SIGTERM, the grace, SIGKILL, never past
+        // the lease), and the closure waits beyond that for CMD's group to be gone.
+        .stop_ahead(grace)
+        .grace(grace * 2 + Duration::from_secs(5))
         .error_policy(args.supervised.policy.policy());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
@@ -1440,13 +1532,18 @@ async fn run(hosts: &str, session_timeout: Duration, args: RunArgs) -> Result<Ex
     }
 }
 
-async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<ExitCode, Fail> {
+async fn lock(
+    conn: &Conn,
+    session_timeout: Duration,
+    grace: Duration,
+    args: LockArgs,
+) -> Result<ExitCode, Fail> {
     let mut signals = Signals::new()?;
     let cmd = command_spec(args.supervised.command)?;
     if let Err(e) = process::become_child_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let mut builder = InterProcessMutex::builder(&session, &args.path)
         .error_policy(args.supervised.policy.policy());
     if let Some(id) = &args.supervised.id {
@@ -1500,7 +1597,7 @@ async fn lock(hosts: &str, session_timeout: Duration, args: LockArgs) -> Result<
     let term = guard.leadership().clone();
     let shutdown = CancellationToken::new();
     let supervisor = SupervisedCommand::new(cmd)
-        .grace(args.supervised.grace)
+        .grace(grace)
         .shutdown(shutdown.clone());
     let report = TermReport {
         out,
@@ -1776,19 +1873,19 @@ where
 }
 
 async fn cron_run(
-    hosts: &str,
+    conn: &Conn,
     session_timeout: Duration,
+    grace: Duration,
     args: CronRunArgs,
 ) -> Result<ExitCode, Fail> {
     // Before anything connects: a bad expression, zone or interval is the caller's to fix.
     let schedule = args.schedule()?;
     let mut signals = Signals::new()?;
-    let grace = args.supervised.grace;
     let cmd = command_spec(args.supervised.command)?;
     if let Err(e) = process::become_child_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
 
     // The job's closure hands each slot to this task and waits for CMD's outcome: everything
     // that prints or signals runs here, in the order it happens.
@@ -1810,8 +1907,10 @@ async fn cron_run(
             OnCrashArg::Park => OnCrash::Park,
         })
         .max_attempts(args.max_attempts)
-        // zkr stops CMD itself (SIGTERM, --grace, SIGKILL); the job waits well beyond that, so
-        // it never aborts a run whose CMD may still be alive.
+        // zkr stops CMD itself (SIGTERM, --grace, SIGKILL, never past the lease); a term whose
+        // lease is not renewed ends CMD's grace before the lease's deadline, and the job waits
+        // beyond that, so it never aborts a run whose CMD may still be alive.
+        .stop_ahead(grace)
         .grace(grace * 2 + Duration::from_secs(5))
         .error_policy(args.supervised.policy.policy());
     if let Some(id) = args.supervised.id {
@@ -2034,11 +2133,11 @@ async fn cron_run(
 }
 
 async fn cron_admin(
-    hosts: &str,
+    conn: &Conn,
     session_timeout: Duration,
     command: CronCommand,
 ) -> Result<ExitCode, Fail> {
-    let session = connect(hosts, session_timeout).await?;
+    let session = connect(conn, session_timeout).await?;
     let result = cron_admin_on(&session, command).await;
     close_session(&session).await;
     if let Some(text) = result? {

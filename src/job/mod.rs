@@ -298,7 +298,8 @@ pub struct ScheduledJobBuilder {
     id: Option<String>,
     schedule: Option<Result<Schedule>>,
     policies: Policies,
-    grace: Duration,
+    grace: Option<Duration>,
+    stop_ahead: Option<Duration>,
     error_policy: ErrorPolicy,
     acl: NodeAcl,
     clock: Arc<dyn WallClock>,
@@ -405,9 +406,26 @@ impl ScheduledJobBuilder {
         self
     }
 
-    /// How long a run may go on after its term ended before its task is aborted (default 5 s).
+    /// How long a run may go on after its term ended before its task is aborted (default 5 s,
+    /// or less when the session's timeout leaves less).
+    ///
+    /// As for a [`LeaderSelector`]'s grace: the run is aborted at the
+    /// end of the grace or at its term's lease ([`Leadership::stop_by`]), whichever comes
+    /// first, and a term whose lease is not renewed ends the grace before the lease's deadline,
+    /// so that a run that stops when asked gets its grace. The grace must fit in the lease the
+    /// session timeout leaves ([`Error::GraceTooLong`] at [`build`](Self::build)).
     pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
+        self.grace = Some(grace);
+        self
+    }
+
+    /// How long before its lease deadline a term whose lease is not renewed ends (default: the
+    /// [`grace`](Self::grace)); it must fit in the lease the session timeout leaves. As
+    /// [`LeaderSelectorBuilder::stop_ahead`](crate::LeaderSelectorBuilder::stop_ahead): for a
+    /// run that waits for work it stops itself (`zkr cron run` waits for its command), ask for
+    /// the work's grace here and give the run a longer grace.
+    pub fn stop_ahead(mut self, ahead: Duration) -> Self {
+        self.stop_ahead = Some(ahead);
         self
     }
 
@@ -435,7 +453,8 @@ impl ScheduledJobBuilder {
     /// [`Error::InvalidPath`] for a relative or malformed path; [`Error::InvalidSchedule`] for
     /// a missing or bad schedule (expression, zone, interval); [`Error::InvalidArgument`] for
     /// an id that breaks [`validate_id`](crate::path::validate_id)'s rules, zero max attempts,
-    /// or a history limit of 0 or above [`MAX_HISTORY`].
+    /// or a history limit of 0 or above [`MAX_HISTORY`]; [`Error::GraceTooLong`] for a grace
+    /// that does not fit in the session's lease.
     pub fn build(self) -> Result<PreparedJob> {
         path::validate_path(&self.path)?;
         let schedule = match self.schedule {
@@ -465,6 +484,18 @@ impl ScheduledJobBuilder {
             });
         }
         self.acl.check_usable(self.session.has_credentials())?;
+        let limit = self.session.grace_limit();
+        let grace = self
+            .grace
+            .unwrap_or_else(|| crate::leader::selector::DEFAULT_GRACE.min(limit));
+        let stop_ahead = self.stop_ahead.unwrap_or(grace);
+        if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
+            return Err(Error::GraceTooLong {
+                grace: stop_ahead,
+                limit,
+                timeout: self.session.lease_timeout(),
+            });
+        }
         Ok(PreparedJob {
             inner: Inner {
                 session: self.session,
@@ -475,7 +506,8 @@ impl ScheduledJobBuilder {
                 clock: self.clock,
                 events: broadcast::channel(1024).0,
                 acl: self.acl,
-                grace: self.grace,
+                grace,
+                stop_ahead,
                 activity: watch::channel(Activity::default()).0,
             },
             error_policy: self.error_policy,
@@ -516,7 +548,10 @@ impl PreparedJob {
         let selector = LeaderSelector::builder(&inner.session, path::join(&inner.path, "leader"))
             .id(inner.id.clone())
             .auto_requeue(true)
-            // The job's own grace decides when a run is aborted; the selector waits beyond it.
+            // The job's own grace decides when a run is aborted, and how early a term whose
+            // lease is not renewed ends; the selector waits beyond it for the loop to record
+            // the end (the lease still bounds it).
+            .stop_ahead(inner.stop_ahead)
             .grace(inner.grace + Duration::from_secs(5))
             .error_policy(self.error_policy)
             .acl(inner.acl.clone())
@@ -542,6 +577,8 @@ struct Inner {
     events: broadcast::Sender<JobEvent>,
     acl: NodeAcl,
     grace: Duration,
+    /// How long before its lease deadline a term whose lease is not renewed ends.
+    stop_ahead: Duration,
     /// Whether slots may start, and whether one runs ([`ScheduledJob::drain`]).
     activity: watch::Sender<Activity>,
 }
@@ -613,7 +650,8 @@ impl ScheduledJob {
                 history_max_age: Duration::from_secs(30 * 24 * 3600),
                 replay_on_change: false,
             },
-            grace: crate::leader::selector::DEFAULT_GRACE,
+            grace: None,
+            stop_ahead: None,
             error_policy: ErrorPolicy::default(),
             acl: NodeAcl::default(),
             clock: Arc::new(SystemClock),
@@ -1813,11 +1851,16 @@ impl<'a> TermRun<'a> {
                     };
                 }
                 _ = self.term.cancelled() => {
-                    match tokio::time::timeout(self.inner.grace, &mut task.0).await {
-                        Ok(Ok(result)) => break RunEnd::Returned(result.map_err(|e| e.to_string())),
-                        Ok(Err(_)) => break RunEnd::CutOff,
-                        Err(_) => {
-                            warn!(slot = %key, grace = ?self.inner.grace, "the run outlived its term and grace; aborting it");
+                    // The grace, but never past the term's lease: a successor may start then.
+                    let ended = self.term.ended_at().unwrap_or_else(|| self.term.clock().now());
+                    tokio::select! {
+                        biased;
+                        joined = &mut task.0 => match joined {
+                            Ok(result) => break RunEnd::Returned(result.map_err(|e| e.to_string())),
+                            Err(_) => break RunEnd::CutOff,
+                        },
+                        () = self.term.until_stop_by(ended + self.inner.grace) => {
+                            warn!(slot = %key, grace = ?self.inner.grace, "the run outlived its term and its grace (or the term's lease); aborting it");
                             task.0.abort();
                             break RunEnd::CutOff;
                         }
@@ -2081,7 +2124,7 @@ impl<'a> TermRun<'a> {
 /// The data version a [`FencedResult::DataSet`] at `index` reports.
 fn new_version(results: &[FencedResult], index: usize) -> Option<i32> {
     match results.get(index) {
-        Some(FencedResult::DataSet { version }) => Some(*version),
+        Some(FencedResult::DataSet { version, .. }) => Some(*version),
         Some(FencedResult::Created { .. }) => Some(0),
         _ => None,
     }

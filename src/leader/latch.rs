@@ -124,6 +124,7 @@ impl LeaderLatchBuilder {
             policy: self.policy,
             mode: TermMode::Repeat,
             recipe: "latch",
+            stop_ahead: Duration::ZERO,
         };
         let contender = Contender::start(
             self.session.clone(),

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::clock::BootTime;
+
 use futures::FutureExt;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -71,7 +73,8 @@ pub struct LeaderSelectorBuilder {
     path: String,
     id: Option<String>,
     auto_requeue: bool,
-    grace: Duration,
+    grace: Option<Duration>,
+    stop_ahead: Option<Duration>,
     policy: ErrorPolicy,
     acl: NodeAcl,
 }
@@ -90,13 +93,36 @@ impl LeaderSelectorBuilder {
     }
 
     /// How long a closure may run on after its term ended before its task is aborted (default
-    /// 5 s).
+    /// 5 s, or less when the session's timeout leaves less: see below).
+    ///
+    /// The grace never runs past the term's lease ([`Leadership::stop_by`]): a successor may
+    /// start once the quorum expires the session, so the closure is aborted at the end of the
+    /// grace or at the lease's deadline, whichever comes first. So that a well-behaved closure
+    /// still gets its grace when the lease is not being renewed (a cut link, a partition), the
+    /// term then ends `grace` *before* the lease's deadline. The grace must therefore fit in
+    /// the lease the session timeout leaves (the timeout minus the lease margin, a relay
+    /// allowance of a tick and a half, and three heartbeat intervals; 2.75 s for a 10 s
+    /// session with a 2 s tick, 31.5 s for Curator's 60 s): a longer one is refused by
+    /// [`start`](Self::start) with [`Error::GraceTooLong`]. The default is 5 s, lowered to that
+    /// limit when the timeout is shorter.
     ///
     /// The abort stops the closure at its next `.await` only: blocking code and work it spawned
     /// run on while the node is released and the next leader starts. Such an abort is reported
     /// (`error!`, [`LeaderSelector::overruns`]); fencing is what protects the resource then.
     pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
+        self.grace = Some(grace);
+        self
+    }
+
+    /// How long before its lease deadline a term whose lease is not renewed ends (default: the
+    /// [`grace`](Self::grace)); it must fit in the lease the session timeout leaves (see
+    /// `grace`). Set it apart from the grace when the closure waits for work that has a grace
+    /// of its own and stops it itself (`zkr run` waits for its command, which it signals and
+    /// kills): ask for the work's grace here and give the closure a longer grace, so that the
+    /// closure outlives the work it waits for. The closure is still aborted by the term's lease
+    /// ([`Leadership::stop_by`]) at the latest.
+    pub fn stop_ahead(mut self, ahead: Duration) -> Self {
+        self.stop_ahead = Some(ahead);
         self
     }
 
@@ -120,7 +146,9 @@ impl LeaderSelectorBuilder {
     /// # Errors
     /// [`Error::InvalidPath`], [`Error::InvalidArgument`] (an id that breaks
     /// [`validate_id`](crate::path::validate_id)'s rules, a creator ACL on a session without
-    /// credentials), [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
+    /// credentials), [`Error::GraceTooLong`] for a grace the session timeout leaves no room for
+    /// (measured against the negotiated timeout once the session is connected, else the
+    /// requested one), [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned selector exists.
@@ -129,6 +157,19 @@ impl LeaderSelectorBuilder {
         let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
         self.acl.check_usable(self.session.has_credentials())?;
+        let limit = self.session.grace_limit();
+        let grace = match self.grace {
+            Some(grace) => grace,
+            None => DEFAULT_GRACE.min(limit),
+        };
+        let stop_ahead = self.stop_ahead.unwrap_or(grace);
+        if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
+            return Err(Error::GraceTooLong {
+                grace: stop_ahead,
+                limit,
+                timeout: self.session.lease_timeout(),
+            });
+        }
         if self.session.status().closed {
             return Err(Error::Closed);
         }
@@ -140,7 +181,8 @@ impl LeaderSelectorBuilder {
             path: self.path.clone(),
             id: id.clone(),
             auto_requeue: self.auto_requeue,
-            grace: self.grace,
+            grace,
+            stop_ahead,
             policy: self.policy,
             acl: self.acl,
             stop: CancellationToken::new(),
@@ -212,6 +254,7 @@ struct Shared {
     id: String,
     auto_requeue: bool,
     grace: Duration,
+    stop_ahead: Duration,
     policy: ErrorPolicy,
     acl: NodeAcl,
     stop: CancellationToken,
@@ -283,7 +326,8 @@ impl LeaderSelector {
             path: path.into(),
             id: None,
             auto_requeue: false,
-            grace: DEFAULT_GRACE,
+            grace: None,
+            stop_ahead: None,
             policy: ErrorPolicy::default(),
             acl: NodeAcl::default(),
         }
@@ -484,6 +528,7 @@ async fn run<L: LeaderSelectorListener>(shared: Arc<Shared>, listener: Arc<L>) {
             policy: shared.policy,
             mode: TermMode::Once,
             recipe: "selector",
+            stop_ahead: shared.stop_ahead,
         };
         let contender = match Contender::start(shared.session.clone(), spec, true) {
             Ok(c) => Arc::new(c),
@@ -552,17 +597,20 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
         Some(r) => r,
         None => {
             // The term is over (or the selector is closing): the closure sees its token fire
-            // and gets the grace period to return.
-            let waiting_since = Instant::now();
+            // and gets the grace period to return, but never past the term's lease, after which
+            // a successor may start.
+            let waiting_since = term.clock().now();
             if shared.stop.is_cancelled()
                 && let Ok(current) = shared.current.lock()
                 && let Some(c) = current.as_ref()
             {
                 c.interrupt(TermEnd::Closed);
             }
-            match tokio::time::timeout(shared.grace, &mut task).await {
-                Ok(r) => r,
-                Err(_) => {
+            let ended = term.ended_at().unwrap_or(waiting_since);
+            tokio::select! {
+                biased;
+                r = &mut task => r,
+                () = term.until_stop_by(ended + shared.grace) => {
                     abort_overrun(shared, term, task, waiting_since);
                     shared.leadership_tx.send_replace(None);
                     return;
@@ -597,10 +645,10 @@ fn abort_overrun(
     shared: &Shared,
     term: &Leadership,
     task: tokio::task::JoinHandle<TaskResult>,
-    waiting_since: Instant,
+    waiting_since: BootTime,
 ) {
     let ended = term.ended_at().unwrap_or(waiting_since);
-    let overran = ended.elapsed();
+    let overran = term.clock().now().saturating_duration_since(ended);
     task.abort();
     let count = shared.overruns.fetch_add(1, Ordering::AcqRel) + 1;
     crate::metrics::selector_overrun(&shared.path);

@@ -135,6 +135,7 @@ impl InterProcessMutex {
             policy: self.policy,
             mode: TermMode::Once,
             recipe: "mutex",
+            stop_ahead: Duration::ZERO,
         };
         Contender::start(self.session.clone(), spec, true)
     }

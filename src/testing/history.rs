@@ -25,7 +25,7 @@
 //! the first moment some term of an election is valid, and [`History::check_leader_after`]
 //! turns a bound on it into a [`Violation`].
 //!
-//! Times are [`MonotonicTime`]s: the machine's `CLOCK_MONOTONIC`, comparable across processes,
+//! Times are [`BootTime`]s: the machine's `CLOCK_BOOTTIME`, comparable across processes,
 //! so terms held in child processes (such as `zkr run`) and in the test process itself are
 //! checked against each other.
 //!
@@ -33,10 +33,10 @@
 //! ```
 //! use std::time::Duration;
 //! use zookeeper_recipes::FencingToken;
-//! use zookeeper_recipes::clock::MonotonicTime;
+//! use zookeeper_recipes::clock::BootTime;
 //! use zookeeper_recipes::testing::history::{History, Term, Violation};
 //!
-//! let t = |ms: u64| MonotonicTime::from_nanos(ms * 1_000_000);
+//! let t = |ms: u64| BootTime::from_nanos(ms * 1_000_000);
 //! let term = |holder: &str, token, start, end| Term {
 //!     election: "/jobs".into(),
 //!     holder: holder.into(),
@@ -58,7 +58,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::clock::MonotonicTime;
+use crate::clock::BootTime;
 use crate::fencing::FencingToken;
 
 /// One leadership term (or lock hold), as recorded.
@@ -71,21 +71,21 @@ pub struct Term {
     /// Its fencing token.
     pub token: FencingToken,
     /// When it began.
-    pub start: MonotonicTime,
+    pub start: BootTime,
     /// When it stopped being valid (see the [module docs](self)); `None` while still running.
-    pub end: Option<MonotonicTime>,
+    pub end: Option<BootTime>,
 }
 
 impl Term {
     /// The end used by the checks: `end`, never before `start` (a term whose deadline had
     /// already passed when it began was never valid: an empty interval), and for a running term
     /// the end of time.
-    fn effective_end(&self) -> Option<MonotonicTime> {
+    fn effective_end(&self) -> Option<BootTime> {
         self.end.map(|end| end.max(self.start))
     }
 
     /// Whether the term was valid at `t`.
-    pub fn valid_at(&self, t: MonotonicTime) -> bool {
+    pub fn valid_at(&self, t: BootTime) -> bool {
         self.start <= t && self.effective_end().is_none_or(|end| t < end)
     }
 }
@@ -114,7 +114,7 @@ pub struct Write {
     /// The token the write carried.
     pub token: FencingToken,
     /// When the resource received it.
-    pub at: MonotonicTime,
+    pub at: BootTime,
     /// Whether the resource accepted it.
     pub accepted: bool,
 }
@@ -170,7 +170,7 @@ pub enum Violation {
         /// The election.
         election: String,
         /// When the fault healed.
-        healed: MonotonicTime,
+        healed: BootTime,
         /// The bound.
         bound: Duration,
         /// How long it took instead, if a leader came at all.
@@ -253,9 +253,9 @@ impl History {
 
     /// The time from `after` to the first instant at which some term of `election` is valid:
     /// zero when one is valid at `after`, `None` when none is at or after it.
-    pub fn time_to_leader(&self, election: &str, after: MonotonicTime) -> Option<Duration> {
+    pub fn time_to_leader(&self, election: &str, after: BootTime) -> Option<Duration> {
         let terms = self.terms.iter().filter(|t| t.election == election);
-        let mut first: Option<MonotonicTime> = None;
+        let mut first: Option<BootTime> = None;
         for term in terms {
             if term.valid_at(after) {
                 return Some(Duration::ZERO);
@@ -279,7 +279,7 @@ impl History {
     pub fn check_leader_after(
         &self,
         election: &str,
-        healed: MonotonicTime,
+        healed: BootTime,
         bound: Duration,
     ) -> Result<Duration, Violation> {
         match self.time_to_leader(election, healed) {
@@ -361,8 +361,8 @@ fn stale_writes(writes: &[Write], out: &mut Vec<Violation>) {
 mod tests {
     use super::*;
 
-    fn t(ms: u64) -> MonotonicTime {
-        MonotonicTime::from_nanos(ms * 1_000_000)
+    fn t(ms: u64) -> BootTime {
+        BootTime::from_nanos(ms * 1_000_000)
     }
 
     fn term(election: &str, holder: &str, token: i64, start: u64, end: Option<u64>) -> Term {

@@ -74,7 +74,7 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use zookeeper_recipes::clock::MonotonicTime;
+use zookeeper_recipes::clock::BootTime;
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, MAX_HISTORY, ScheduledJob, SlotRecord, SlotRun, SlotState,
 };
@@ -693,10 +693,10 @@ pub struct JobRun {
     /// The term's token.
     pub token: FencingToken,
     /// When the closure began.
-    pub start: MonotonicTime,
+    pub start: BootTime,
     /// When it stopped being allowed to act: when it returned with its term valid, else when
     /// its term ended (or its deadline passed); `None` while it runs.
-    pub end: Option<MonotonicTime>,
+    pub end: Option<BootTime>,
     /// `Some(true)` when the closure returned `Ok` (it wrote for its whole hold, its term
     /// valid), `Some(false)` when it returned an error (its term ended first), `None` when it
     /// never returned (aborted).
@@ -926,7 +926,7 @@ impl Resource {
             resource: self.name.clone(),
             writer: writer.to_owned(),
             token,
-            at: MonotonicTime::now(),
+            at: BootTime::now(),
             accepted,
         });
         accepted
@@ -975,7 +975,7 @@ struct Book {
 type Shared = Arc<Mutex<Book>>;
 
 fn note(book: &Shared, line: String) {
-    let at = MonotonicTime::now();
+    let at = BootTime::now();
     lock(book).log.push(format!("{at} {line}"));
 }
 
@@ -996,8 +996,8 @@ fn to_term(election: &str, holder: &str, term: &Leadership) -> Term {
         election: election.to_owned(),
         holder: holder.to_owned(),
         token: term.token(),
-        start: MonotonicTime::from_instant(term.started_at()),
-        end: term.ended_at().map(MonotonicTime::from_instant),
+        start: term.started_at(),
+        end: term.ended_at(),
     }
 }
 
@@ -1089,15 +1089,15 @@ fn zkr_line(book: &Shared, id: &str, line: &str) {
     };
     let event = json["event"].as_str().unwrap_or_default();
     let token = json["token"].as_i64().map(FencingToken::from_raw);
-    let mono = |key: &str| json[key].as_u64().map(MonotonicTime::from_nanos);
+    let mono = |key: &str| json[key].as_u64().map(BootTime::from_nanos);
     let mut b = lock(book);
     match (event, token) {
         ("leader", Some(token)) => {
-            let Some(start) = mono("started_mono_ns") else {
+            let Some(start) = mono("started_boot_ns") else {
                 drop(b);
                 problem(
                     book,
-                    format!("{id}: leader line without started_mono_ns: {line}"),
+                    format!("{id}: leader line without started_boot_ns: {line}"),
                 );
                 return;
             };
@@ -1110,7 +1110,7 @@ fn zkr_line(book: &Shared, id: &str, line: &str) {
             });
         }
         ("not_leader", Some(token)) => {
-            let end = mono("ended_mono_ns");
+            let end = mono("ended_boot_ns");
             let open = b
                 .remote
                 .iter_mut()
@@ -1135,12 +1135,12 @@ fn zkr_line(book: &Shared, id: &str, line: &str) {
         }
         _ => {}
     }
-    let at = MonotonicTime::now();
+    let at = BootTime::now();
     b.log.push(format!("{at} {id}: {line}"));
 }
 
 /// Closes the open terms of `id` at `at` (its process is gone without saying so).
-fn close_remote_terms(book: &Shared, id: &str, at: MonotonicTime) {
+fn close_remote_terms(book: &Shared, id: &str, at: BootTime) {
     let mut b = lock(book);
     for term in b.remote.iter_mut() {
         if term.holder == id && term.end.is_none() {
@@ -1428,7 +1428,7 @@ impl World {
                     }
                 }
                 let _ = tokio::time::timeout(HARNESS_BOUND, child.reader).await;
-                close_remote_terms(&self.book, id, MonotonicTime::now());
+                close_remote_terms(&self.book, id, BootTime::now());
             }
         }
         note(&self.book, format!("{id}: closed"));
@@ -1446,7 +1446,7 @@ impl World {
         };
         let _ = zkr.child.kill().await;
         // Its terms end here: the process is gone, and its command dies with it.
-        close_remote_terms(&self.book, id, MonotonicTime::now());
+        close_remote_terms(&self.book, id, BootTime::now());
         let _ = tokio::time::timeout(HARNESS_BOUND, zkr.reader).await;
         note(&self.book, format!("{id}: SIGKILLed"));
     }
@@ -1580,7 +1580,7 @@ struct RunEnds {
 
 impl Drop for RunEnds {
     fn drop(&mut self) {
-        let now = MonotonicTime::now();
+        let now = BootTime::now();
         // A run may act while its term is valid: up to now if it still is, else up to when
         // the term ended or its deadline passed, whichever came first.
         let end = if self.term.is_valid() {
@@ -1590,7 +1590,7 @@ impl Drop for RunEnds {
                 .term
                 .ended_at()
                 .unwrap_or_else(|| self.term.valid_until());
-            MonotonicTime::from_instant(ended).min(now)
+            ended.min(now)
         };
         let mut b = lock(&self.book);
         if let Some(run) = b.runs.get_mut(self.index) {
@@ -1618,7 +1618,7 @@ async fn job_run(
             slot: run.slot().to_owned(),
             attempt: run.attempt(),
             token: run.token(),
-            start: MonotonicTime::now(),
+            start: BootTime::now(),
             end: None,
             ok: None,
         });
@@ -1995,7 +1995,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
 /// What `drive` hands to `finish`.
 struct Driven {
     faults: BTreeMap<FaultKind, usize>,
-    heals: Vec<MonotonicTime>,
+    heals: Vec<BootTime>,
     orphans: Vec<String>,
     job_records: Vec<SlotRecord>,
 }
@@ -2007,11 +2007,11 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     for i in 0..SESSIONS {
         world.start_job(i).await?;
     }
-    let start = MonotonicTime::now();
+    let start = BootTime::now();
     wait_for_leaders(world, "the first election").await;
     note(
         &world.book,
-        format!("first leaders after {:?}", MonotonicTime::now() - start),
+        format!("first leaders after {:?}", BootTime::now() - start),
     );
 
     let mut faults: BTreeMap<FaultKind, usize> = BTreeMap::new();
@@ -2032,7 +2032,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
         }
         tokio::time::sleep(round.hold).await;
         heal(world, &mut damage).await?;
-        let healed = MonotonicTime::now();
+        let healed = BootTime::now();
         note(
             &world.book,
             format!("round {n}: healed; {}", load_average()),
@@ -2703,8 +2703,8 @@ mod tests {
             slot: slot.to_owned(),
             attempt,
             token: FencingToken::from_raw(token),
-            start: MonotonicTime::from_nanos(u64::try_from(token).unwrap() * 1_000),
-            end: Some(MonotonicTime::from_nanos(
+            start: BootTime::from_nanos(u64::try_from(token).unwrap() * 1_000),
+            end: Some(BootTime::from_nanos(
                 u64::try_from(token).unwrap() * 1_000 + 500,
             )),
             ok: Some(ok),

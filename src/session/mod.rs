@@ -8,17 +8,23 @@
 //! - **Connection states** ([`ConnectionState`]): `Connected`, `Suspended`, `Reconnected`,
 //!   `Lost`, `ReadOnly` (and `Closed` after [`Session::close`]), published through a [`tokio::sync::watch`] ([`Session::watch_status`])
 //!   and a [`Stream`](futures::Stream) ([`Session::state_changes`]), each change logged with `tracing`.
-//! - **Lost by deadline.** The client only declares a session expired once the server says so
-//!   (or, by itself, after about 7/5 of the timeout). The quorum leader may expire the session as
-//!   soon as it has not heard of us for the negotiated timeout, and a follower cut off from it
-//!   keeps answering us meanwhile. So the session sends a `sync` every eighth of the timeout (a
+//! - **A lease.** The client only declares a session expired once the server says so (or, by
+//!   itself, after about 7/5 of the timeout). The quorum leader may expire the session as soon as
+//!   it has not heard of us for the negotiated timeout, and a follower cut off from it keeps
+//!   answering us meanwhile. So the session sends a `sync` every eighth of the timeout (a
 //!   follower cannot answer one without its leader) and advances its lease to the *send time* of
 //!   a heartbeat only once a later `sync` proves that the heartbeat's touch reached the leader
 //!   (see "The deadline" in the latch's spec, and [`SessionBuilder::server_tick_time`]). The
 //!   session can prove itself alive until that instant plus the timeout (minus a small margin):
-//!   [`Session::safe_until`]. When that deadline passes without a newer proof, the session
-//!   reports `Lost`, as Curator's "simulated session expiration" does, retires the client, closes
-//!   its session on the servers, and starts a new ZooKeeper session.
+//!   [`Session::safe_until`], on boot time, which counts a host's suspend
+//!   ([`crate::clock`]). The timeout is the lowest any connection of the session negotiated: a
+//!   relay on loopback reads each reconnect's negotiation, which zookeeper-client does not
+//!   report. When the deadline passes without a newer proof, every term won on the session ends
+//!   and the session reports `Suspended`; it keeps its ZooKeeper session (the servers may well
+//!   have kept it), keeps proving itself, and reports `Reconnected` once a proof comes: a
+//!   contender whose node survived then leads again on it, with the same token.
+//! - **Lost when the session is gone**: the servers said it expired, or the client gave up on it
+//!   after about 7/5 of the timeout without a connection.
 //! - **A new session after loss**, reported as `Reconnected` with [`SessionStatus::new_session`]
 //!   set and a higher [`SessionStatus::epoch`], so recipes know to re-create their nodes. A holder
 //!   of the session never rebuilds it. Attempts to start one follow each other at most a second
@@ -33,21 +39,29 @@
 //! | `start()` + `blockUntilConnected()`          | [`SessionBuilder::connect`]            |
 //! | `getConnectionStateListenable()`             | [`Session::state_changes`], [`Session::watch_status`] |
 //! | `ConnectionState`                           | [`ConnectionState`]                    |
-//! | simulated session expiration                 | `Lost` at [`Session::safe_until`]      |
+//! | simulated session expiration                 | terms end at [`Session::safe_until`] (`Suspended`); `Lost` when the session expired |
 //! | `close()`                                   | [`Session::close`]                     |
+
+mod lease;
+mod relay;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use zookeeper_client::{Acls, Client, CreateMode, SessionInfo, SessionState};
 
+pub(crate) use lease::Lease;
+use lease::{QuorumProof, assumed_tick, grace_limit, heartbeat_interval, relay_allowance};
+use relay::{Relay, RelayEvent};
+
 use crate::acl::NodeAcl;
+use crate::clock::{BootTime, BootTimer, Clock};
 use crate::error::{Error, Result};
 use crate::path::{self, ConnectString};
 use crate::state::{ClientSignal, ConnectionState, next_state};
@@ -59,8 +73,6 @@ pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
 /// ZooKeeper's default `jute.maxbuffer`: the largest request packet, in bytes, a server accepts.
 pub const DEFAULT_JUTE_MAX_BUFFER: usize = 0xfffff;
 
-/// How often, as a fraction of the negotiated timeout, the session proves itself alive.
-const HEARTBEATS_PER_TIMEOUT: u32 = 8;
 /// At most this many heartbeats wait for an answer at once (they queue while disconnected).
 const MAX_HEARTBEATS_IN_FLIGHT: usize = 2;
 
@@ -91,6 +103,7 @@ pub struct SessionBuilder {
     lease_margin: Option<Duration>,
     server_tick_time: Option<Duration>,
     jute_max_buffer: usize,
+    clock: Clock,
 }
 
 impl SessionBuilder {
@@ -142,7 +155,7 @@ impl SessionBuilder {
     }
 
     /// The servers' `tickTime` (default: ZooKeeper's default of 2 s, but at most a third of the
-    /// negotiated session timeout).
+    /// negotiated session timeout; a `warn!` at connect says when it is assumed).
     ///
     /// In an ensemble only the quorum leader expires sessions, and a follower passes the sessions
     /// it has heard from to the leader only in its replies to the leader's pings, every half
@@ -166,6 +179,27 @@ impl SessionBuilder {
     pub fn jute_max_buffer(mut self, bytes: usize) -> Self {
         self.jute_max_buffer = bytes;
         self
+    }
+
+    /// The clock the session's lease, and every term won on it, read (default
+    /// [`Clock::system`]). Tests pass a [`TestClock`](crate::clock::TestClock)'s to suspend,
+    /// freeze or step it.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// [`Session::grace_limit`] for a session built this way, with the requested timeout
+    /// (the servers may negotiate a shorter one).
+    pub fn grace_limit(&self) -> Duration {
+        let margin = self
+            .lease_margin
+            .unwrap_or_else(|| lease::default_margin(self.session_timeout));
+        grace_limit(
+            self.session_timeout,
+            assumed_tick(self.server_tick_time, self.session_timeout),
+            margin,
+        )
     }
 
     fn validate(self) -> Result<Config> {
@@ -226,6 +260,7 @@ impl SessionBuilder {
             lease_margin: self.lease_margin,
             server_tick_time: self.server_tick_time,
             jute_max_buffer: self.jute_max_buffer,
+            clock: self.clock,
         })
     }
 
@@ -250,6 +285,7 @@ impl SessionBuilder {
             stop: CancellationToken::new(),
             supervisor: Mutex::new(None),
             refusal: Mutex::new(None),
+            tick_warned: AtomicBool::new(false),
         });
         let task = runtime.spawn(supervise(Arc::clone(&shared)));
         if let Ok(mut slot) = shared.supervisor.lock() {
@@ -302,6 +338,7 @@ struct Config {
     lease_margin: Option<Duration>,
     server_tick_time: Option<Duration>,
     jute_max_buffer: usize,
+    clock: Clock,
 }
 
 /// A snapshot of the session, as published on every change.
@@ -355,6 +392,24 @@ impl std::fmt::Debug for Session {
 
 struct StopOnDrop(CancellationToken);
 
+/// A session held without keeping it open (a term keeps one: an old term the application
+/// holds must not keep its session alive).
+#[derive(Clone)]
+pub(crate) struct WeakSession {
+    shared: std::sync::Weak<Shared>,
+    closer: std::sync::Weak<StopOnDrop>,
+}
+
+impl WeakSession {
+    /// The session, while some clone of it is still held.
+    pub(crate) fn upgrade(&self) -> Option<Session> {
+        Some(Session {
+            shared: self.shared.upgrade()?,
+            _closer: self.closer.upgrade()?,
+        })
+    }
+}
+
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.cancel();
@@ -370,6 +425,8 @@ struct Shared {
     supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Why the last attempt to establish a session was refused, if it was (for `connect`).
     refusal: Mutex<Option<Error>>,
+    /// Whether the warning that the servers' tick is assumed was given.
+    tick_warned: AtomicBool,
 }
 
 /// The client of one ZooKeeper session, with the clock that proves it alive.
@@ -383,156 +440,14 @@ pub(crate) struct Live {
 
 impl Live {
     /// The instant up to which this session is provably alive on the server.
-    pub(crate) fn safe_until(&self) -> Instant {
-        self.lease.safe_until()
+    pub(crate) fn safe_until(&self) -> BootTime {
+        self.lease.deadline()
     }
 
     /// The lease of this session: what a term won on it keeps, to know its deadline without
     /// looking the session up (it is marked lost when the session ends).
     pub(crate) fn lease(&self) -> Arc<Lease> {
         Arc::clone(&self.lease)
-    }
-}
-
-/// Tracks the send time of the last answered request of one ZooKeeper session.
-pub(crate) struct Lease {
-    acked: Mutex<Instant>,
-    timeout: Duration,
-    margin: Duration,
-    lost: AtomicBool,
-    lost_at: Mutex<Option<Instant>>,
-}
-
-impl Lease {
-    fn new(acked: Instant, timeout: Duration, margin: Option<Duration>) -> Self {
-        Lease {
-            acked: Mutex::new(acked),
-            timeout,
-            margin: margin.unwrap_or_else(|| default_margin(timeout)),
-            lost: AtomicBool::new(false),
-            lost_at: Mutex::new(None),
-        }
-    }
-
-    fn acked(&self) -> Instant {
-        self.acked
-            .lock()
-            .map(|a| *a)
-            .unwrap_or_else(|p| *p.into_inner())
-    }
-
-    /// Records that a request sent at `sent` was answered.
-    fn advance(&self, sent: Instant) {
-        if let Ok(mut acked) = self.acked.lock()
-            && sent > *acked
-        {
-            *acked = sent;
-        }
-    }
-
-    fn deadline(&self) -> Instant {
-        lease_deadline(self.acked(), self.timeout, self.margin)
-    }
-
-    pub(crate) fn safe_until(&self) -> Instant {
-        let deadline = self.deadline();
-        if self.lost.load(Ordering::Acquire) {
-            let lost_at = self.lost_at.lock().ok().and_then(|l| *l);
-            return lost_at.map_or(deadline, |at| at.min(deadline));
-        }
-        deadline
-    }
-
-    fn mark_lost(&self) {
-        if let Ok(mut at) = self.lost_at.lock() {
-            at.get_or_insert_with(Instant::now);
-        }
-        self.lost.store(true, Ordering::Release);
-    }
-}
-
-/// The lease margin when none is configured: 1/20 of the timeout, at least 10 ms, and never more
-/// than half the timeout.
-pub(crate) fn default_margin(timeout: Duration) -> Duration {
-    (timeout / 20)
-        .max(Duration::from_millis(10))
-        .min(timeout / 2)
-}
-
-/// `acked + timeout - margin`: until then the server cannot have expired the session, because
-/// the quorum leader heard of it no earlier than `acked` and expires a session only after
-/// `timeout` of silence.
-pub(crate) fn lease_deadline(acked: Instant, timeout: Duration, margin: Duration) -> Instant {
-    acked + timeout.saturating_sub(margin)
-}
-
-/// How often the session proves itself alive.
-pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
-    (timeout / HEARTBEATS_PER_TIMEOUT).max(Duration::from_millis(5))
-}
-
-/// ZooKeeper's default `tickTime`.
-const DEFAULT_SERVER_TICK: Duration = Duration::from_secs(2);
-
-/// The servers' tick as the session assumes it: the configured one; else ZooKeeper's default,
-/// but at most a third of the negotiated timeout (a server whose tick is larger than that
-/// leaves a lease too short to keep, see [`SessionBuilder::server_tick_time`]).
-pub(crate) fn assumed_tick(configured: Option<Duration>, timeout: Duration) -> Duration {
-    configured.unwrap_or_else(|| DEFAULT_SERVER_TICK.min(timeout / 3))
-}
-
-/// How long after a heartbeat was answered a later one must have been sent for the later one's
-/// answer to prove that the first one's touch reached the quorum leader: a tick and a half.
-///
-/// Half a tick is the leader's ping period (a follower relays the sessions it heard from in its
-/// next ping reply, on the same connection that later carries our `sync` to the leader), half a
-/// tick more allows for late pings, and the last half covers a leader that has lost its quorum
-/// but has not yet stepped down: it keeps answering for up to a tick and a half longer than its
-/// followers take to leave it. The argument is in `recipes/leader-latch.md`, "The deadline".
-pub(crate) fn relay_allowance(tick: Duration) -> Duration {
-    tick * 3 / 2
-}
-
-/// The answered heartbeats of one session, kept until a later answer proves that they reached
-/// the quorum leader.
-///
-/// A heartbeat is a `sync`, which a follower cannot answer without its leader. An answer to
-/// heartbeat `k` proves that the server's link to the quorum leader carried `k` to the leader;
-/// that same link carried, before it, the server's ping reply with our session's touch from
-/// every heartbeat `j` it had answered at least [`relay_allowance`] before `k` was sent. So the
-/// leader heard of the session no earlier than `j`'s send time.
-#[derive(Debug, Default)]
-pub(crate) struct QuorumProof {
-    /// `(sent, answered)` of heartbeats not yet proven, oldest first.
-    answered: std::collections::VecDeque<(Instant, Instant)>,
-}
-
-/// How many unproven heartbeats are kept at most (a few relay allowances' worth).
-const MAX_UNPROVEN: usize = 64;
-
-impl QuorumProof {
-    /// Records that a heartbeat sent at `sent` was answered at `answered`; returns the send time
-    /// of the newest earlier heartbeat that this answer proves reached the quorum leader.
-    pub(crate) fn record(
-        &mut self,
-        sent: Instant,
-        answered: Instant,
-        relay: Duration,
-    ) -> Option<Instant> {
-        let proven = self
-            .answered
-            .iter()
-            .filter(|(_, at)| *at + relay <= sent)
-            .map(|(s, _)| *s)
-            .max();
-        if let Some(proven) = proven {
-            self.answered.retain(|(s, _)| *s > proven);
-        }
-        if self.answered.len() >= MAX_UNPROVEN {
-            self.answered.pop_front();
-        }
-        self.answered.push_back((sent, answered));
-        proven
     }
 }
 
@@ -552,6 +467,7 @@ impl Session {
             lease_margin: None,
             server_tick_time: None,
             jute_max_buffer: DEFAULT_JUTE_MAX_BUFFER,
+            clock: Clock::system(),
         }
     }
 
@@ -629,9 +545,15 @@ impl Session {
         self.live().ok().map(|l| l.session_id)
     }
 
-    /// The negotiated session timeout of the current session.
+    /// The negotiated session timeout of the current session: the lowest any of its connections
+    /// negotiated since the newest proof (each reconnect negotiates again).
     pub fn negotiated_timeout(&self) -> Option<Duration> {
-        self.live().ok().map(|l| l.lease.timeout)
+        self.live().ok().map(|l| l.lease.timeout())
+    }
+
+    /// The clock the session reads ([`SessionBuilder::clock`]).
+    pub fn clock(&self) -> &Clock {
+        &self.shared.config.clock
     }
 
     /// The id and password of the current ZooKeeper session, for tools that must act on it from
@@ -651,15 +573,18 @@ impl Session {
     }
 
     /// The instant up to which this process can prove its session, and so its ephemeral nodes,
-    /// alive on the server: the send time of the last answered request plus the negotiated
-    /// timeout, minus a small margin. In the past while no session exists or after `Lost`.
+    /// alive on the server: the send time of the last heartbeat proven to have reached the
+    /// quorum leader, plus the timeout, minus a small margin. Boot time ([`crate::clock`]),
+    /// which counts a host's suspend. Now or earlier while no session exists, after `Lost`,
+    /// and while the lease has lapsed.
     ///
-    /// A leader that was frozen or partitioned past this instant must stop acting as soon as it
-    /// runs again, before any network round trip: compare with [`Instant::now`].
-    pub fn safe_until(&self) -> Instant {
+    /// A leader that was frozen, suspended or partitioned past this instant must stop acting as
+    /// soon as it runs again, before any network round trip: compare with
+    /// [`Clock::now`](crate::clock::Clock::now) of [`clock`](Self::clock).
+    pub fn safe_until(&self) -> BootTime {
         match self.live() {
             Ok(live) => live.safe_until(),
-            Err(_) => Instant::now() - Duration::from_millis(1),
+            Err(_) => self.clock().now(),
         }
     }
 
@@ -713,18 +638,53 @@ impl Session {
         Ok(())
     }
 
+    /// A handle that does not keep the session open.
+    pub(crate) fn downgrade(&self) -> WeakSession {
+        WeakSession {
+            shared: Arc::downgrade(&self.shared),
+            closer: Arc::downgrade(&self._closer),
+        }
+    }
+
     /// The live client of session `epoch`, if that session is still the current one.
     pub(crate) fn live_for(&self, epoch: u64) -> Option<Live> {
         self.live().ok().filter(|l| l.epoch == epoch)
     }
 
-    /// [`safe_until`](Self::safe_until) of session `epoch`; in the past once another session
-    /// replaced it.
-    pub(crate) fn safe_until_for(&self, epoch: u64) -> Instant {
+    /// [`safe_until`](Self::safe_until) of session `epoch`; now once another session replaced
+    /// it.
+    pub(crate) fn safe_until_for(&self, epoch: u64) -> BootTime {
         match self.live_for(epoch) {
             Some(live) => live.safe_until(),
-            None => Instant::now() - Duration::from_millis(1),
+            None => self.clock().now(),
         }
+    }
+
+    /// The session timeout the lease counts with: the negotiated one once there is a session,
+    /// else the requested one.
+    pub(crate) fn lease_timeout(&self) -> Duration {
+        self.negotiated_timeout()
+            .unwrap_or(self.shared.config.session_timeout)
+    }
+
+    /// The longest grace that a term's work (a selector's closure, a scheduled job's run, a
+    /// command under `zkr`) can be given on this session: the timeout minus the lease margin,
+    /// the relay allowance of a tick and a half, and three heartbeat intervals. A term whose
+    /// lease is not renewed is ended this long before its deadline, so that its work can stop
+    /// within its grace before a successor may start; a longer grace is refused
+    /// ([`Error::GraceTooLong`]). With the negotiated timeout once there is a session, else the
+    /// requested one.
+    pub fn grace_limit(&self) -> Duration {
+        let config = &self.shared.config;
+        let timeout = self.negotiated_timeout().unwrap_or(config.session_timeout);
+        let margin = config
+            .lease_margin
+            .unwrap_or_else(|| lease::default_margin(timeout));
+        grace_limit(
+            timeout,
+            assumed_tick(config.server_tick_time, timeout),
+            margin,
+        )
     }
 
     /// The configured session timeout (what was asked for, not what was negotiated).
@@ -743,7 +703,7 @@ impl Session {
         }
         let current = self.shared.current.read().map_err(|_| Error::Closed)?;
         match &*current {
-            Some(live) if !live.lease.lost.load(Ordering::Acquire) => Ok(live.clone()),
+            Some(live) if !live.lease.is_lost() => Ok(live.clone()),
             _ => Err(Error::ConnectionLoss),
         }
     }
@@ -1186,30 +1146,84 @@ pub(crate) fn hex(id: i64) -> String {
     format!("{id:#x}")
 }
 
-/// Why a ZooKeeper session ended.
+/// How the client of one ZooKeeper session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EndOfSession {
+    /// [`Session::close`].
     Closed,
-    Lost,
+    /// The client gave up on the session without the servers saying it expired (zookeeper-client
+    /// declares a session expired by itself after about 7/5 of the timeout without a
+    /// connection): the session may well be alive on the servers, and a new client resumes it.
+    GaveUp,
+    /// The servers said the session expired.
+    Expired,
+    /// The client ended for a reason a resume would meet again (refused credentials), or it
+    /// left its session for another one (a read-only session it replaced).
+    Failed,
 }
 
-/// A heartbeat's send time and, when it was answered, the answer's time.
-type Heartbeat = Pin<Box<dyn std::future::Future<Output = (Instant, Option<Instant>)> + Send>>;
+/// A heartbeat's send time, the connection it went out on, and when it was answered.
+type Heartbeat =
+    Pin<Box<dyn std::future::Future<Output = (BootTime, u64, Option<BootTime>)> + Send>>;
 
-/// The session's one background task: connects, watches, proves the session alive, starts a new
-/// session after loss. All state changes go through `publish`.
+/// A session whose client gave up on it: what a new client needs to resume it.
+struct Resume {
+    info: SessionInfo,
+    lease: Arc<Lease>,
+    timeout: Duration,
+}
+
+/// The session's one background task: connects, watches, proves the session alive, resumes a
+/// session its client gave up on, starts a new session after loss. All state changes go through
+/// `publish`.
 async fn supervise(shared: Arc<Shared>) {
+    let clock = shared.config.clock.clone();
+    // Every connection of the client goes through the relay, which reads what each one
+    // negotiates (see `relay`).
+    let (relay_tx, mut relay_events) = mpsc::unbounded_channel();
+    let relay = match Relay::start(&shared.config.hosts, clock.clone(), relay_tx).await {
+        Ok(relay) => relay,
+        Err(e) => {
+            error!(error = %e, "cannot listen on loopback for the session's relay; the session cannot start");
+            if let Ok(mut refusal) = shared.refusal.lock() {
+                *refusal = Some(Error::Unreachable {
+                    reason: format!("cannot listen on loopback for the session's relay: {e}"),
+                });
+            }
+            publish_closed(&shared, None, 0);
+            return;
+        }
+    };
     let mut epoch = 0u64;
     let mut state: Option<ConnectionState> = None;
     let mut failures = 0u32;
+    let mut resume: Option<Resume> = None;
     loop {
-        let started = Instant::now();
+        let started = clock.now();
         let connected = tokio::select! {
             _ = shared.stop.cancelled() => break,
-            r = connect_client(&shared.config) => r,
+            r = async {
+                match &resume {
+                    Some(r) => connect_resumed(&shared.config, &relay.local, r).await,
+                    None => connect_client(&shared.config, &relay.local).await,
+                }
+            } => r,
         };
         let client = match connected {
             Ok(client) => client,
+            Err(Error::SessionExpired) if resume.is_some() => {
+                // The servers say the session the client gave up on is gone: now it is lost.
+                if let Some(r) = resume.take() {
+                    lose(
+                        &shared,
+                        &mut state,
+                        epoch,
+                        &r.lease,
+                        "the servers say the session expired",
+                    );
+                }
+                continue;
+            }
             Err(err) => {
                 failures = failures.saturating_add(1);
                 let backoff = retry_backoff(
@@ -1225,6 +1239,8 @@ async fn supervise(shared: Arc<Shared>) {
                 }
                 if matches!(err, Error::AuthFailed) {
                     error!(hosts = %shared.config.hosts, "ZooKeeper refused the credentials; retrying in {backoff:?}");
+                } else if resume.is_some() {
+                    debug!(hosts = %shared.config.hosts, error = %err, "could not resume the session yet; retrying in {backoff:?}");
                 } else {
                     warn!(hosts = %shared.config.hosts, error = %err, "could not establish a ZooKeeper session; retrying in {backoff:?}");
                 }
@@ -1237,8 +1253,37 @@ async fn supervise(shared: Arc<Shared>) {
         failures = 0;
         epoch += 1;
         let session_id = client.session_id().0;
-        let timeout = client.session_timeout();
-        let lease = Arc::new(Lease::new(started, timeout, shared.config.lease_margin));
+        let resumed = resume.take();
+        let (lease, timeout, new_session) = match resumed {
+            Some(r) => {
+                info!(session_id = %hex(session_id), epoch, "resumed the session its client had given up on: its nodes are still there");
+                (r.lease, r.timeout, false)
+            }
+            None => {
+                let timeout = client.session_timeout();
+                let tick = assumed_tick(shared.config.server_tick_time, timeout);
+                if shared.config.server_tick_time.is_none()
+                    && !shared.tick_warned.swap(true, Ordering::AcqRel)
+                {
+                    warn!(
+                        assumed_tick_ms = tick.as_millis() as u64,
+                        negotiated_timeout_ms = timeout.as_millis() as u64,
+                        "the servers' tickTime is not configured: the lease assumes {tick:?} (ZooKeeper's default, at most a third of the timeout); a larger real tick makes the lease unsafe, so set it (SessionBuilder::server_tick_time, zkr --server-tick-time)"
+                    );
+                }
+                info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = timeout.as_millis() as u64,
+                    "ZooKeeper session established");
+                let lease = Arc::new(Lease::new(
+                    clock.clone(),
+                    started,
+                    timeout,
+                    shared.config.lease_margin,
+                    tick,
+                ));
+                (lease, timeout, true)
+            }
+        };
+        let tick = assumed_tick(shared.config.server_tick_time, timeout);
         let live = Live {
             client: client.clone(),
             epoch,
@@ -1248,19 +1293,20 @@ async fn supervise(shared: Arc<Shared>) {
         if let Ok(mut current) = shared.current.write() {
             *current = Some(live.clone());
         }
-        info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = timeout.as_millis() as u64,
-            "ZooKeeper session established");
-        let signal = if client.state() == SessionState::ConnectedReadOnly {
-            ClientSignal::ConnectedReadOnly
-        } else {
-            ClientSignal::Connected
-        };
-        if let Some(next) = next_state(state, signal, true) {
-            state = Some(next);
-            publish(&shared, next, Some(session_id), epoch, true);
+        let read_only = client.state() == SessionState::ConnectedReadOnly;
+        // A resumed session whose lease has lapsed stays suspended until a heartbeat proves it.
+        if new_session || read_only || lease.is_valid() {
+            let signal = if read_only {
+                ClientSignal::ConnectedReadOnly
+            } else {
+                ClientSignal::Connected
+            };
+            if let Some(next) = next_state(state, signal, new_session) {
+                state = Some(next);
+                publish(&shared, next, Some(session_id), epoch, new_session);
+            }
         }
-        let end = serve(&shared, &live, &mut state).await;
-        lease.mark_lost();
+        let end = serve(&shared, &live, &mut state, &mut relay_events, tick).await;
         if let Ok(mut current) = shared.current.write() {
             *current = None;
         }
@@ -1269,15 +1315,52 @@ async fn supervise(shared: Arc<Shared>) {
         drop(live);
         match end {
             EndOfSession::Closed => {
+                lease.mark_lost();
                 // Tell recipes first, so that they drop their handles too, then close.
                 publish_closed(&shared, state, epoch);
                 close_client(client, shared.config.connection_timeout).await;
                 return;
             }
-            EndOfSession::Lost => {
-                // Retire the client, and end its session on the servers: a clone of the client
-                // that the application still holds (`Session::client()`) would otherwise keep
-                // that session, and its nodes, alive.
+            EndOfSession::GaveUp => {
+                warn!(session_id = %hex(session_id), "the client gave up on the session without the servers saying it expired; resuming it with a new client (it is lost only if the servers say so)");
+                if next_state(state, ClientSignal::Disconnected, false).is_some() {
+                    state = Some(ConnectionState::Suspended);
+                    publish(
+                        &shared,
+                        ConnectionState::Suspended,
+                        Some(session_id),
+                        epoch,
+                        false,
+                    );
+                }
+                resume = Some(Resume {
+                    info: client.session().clone(),
+                    lease,
+                    timeout,
+                });
+                drop(client);
+            }
+            EndOfSession::Expired => {
+                lose(
+                    &shared,
+                    &mut state,
+                    epoch,
+                    &lease,
+                    "the servers say the session expired",
+                );
+                drop(client);
+            }
+            EndOfSession::Failed => {
+                lose(
+                    &shared,
+                    &mut state,
+                    epoch,
+                    &lease,
+                    "the client ended for good",
+                );
+                // Should the servers still hold the session, end it there: a clone of the
+                // client that the application still holds (`Session::client()`) would
+                // otherwise keep it, and its nodes, alive.
                 let info = client.session().clone();
                 drop(client);
                 tokio::spawn(retire(shared.config.hosts.clone(), info, timeout));
@@ -1285,6 +1368,22 @@ async fn supervise(shared: Arc<Shared>) {
         }
     }
     publish_closed(&shared, state, epoch);
+}
+
+/// The session is lost: its lease ends and `Lost` is published; a new session follows.
+fn lose(
+    shared: &Shared,
+    state: &mut Option<ConnectionState>,
+    epoch: u64,
+    lease: &Lease,
+    why: &str,
+) {
+    lease.mark_lost();
+    warn!(epoch, why, "session lost");
+    if let Some(next) = next_state(*state, ClientSignal::Terminated, false) {
+        *state = Some(next);
+        publish(shared, next, None, epoch, false);
+    }
 }
 
 /// Publishes the final status: closed.
@@ -1307,41 +1406,101 @@ fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
     let _ = shared.events_tx.send(status);
 }
 
-/// Serves one ZooKeeper session until it ends.
-async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>) -> EndOfSession {
+/// What the client says of its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Connected,
+    ReadOnly,
+    Down,
+}
+
+/// Serves one ZooKeeper session until it ends: proves it alive, follows the client's state and
+/// what the relay saw of each reconnect, and publishes the state that follows from both.
+///
+/// The published state is `Suspended` while the client is disconnected *or* the lease has
+/// lapsed, and `Connected`/`Reconnected` once both are right again: a lapsed lease ends every
+/// term on the session, not the session.
+async fn serve(
+    shared: &Shared,
+    live: &Live,
+    state: &mut Option<ConnectionState>,
+    relay_events: &mut mpsc::UnboundedReceiver<RelayEvent>,
+    tick: Duration,
+) -> EndOfSession {
     let client = &live.client;
+    let lease = &live.lease;
+    let clock = lease.clock().clone();
     let mut watcher = client.state_watcher();
-    let timeout = live.lease.timeout;
-    let interval = heartbeat_interval(timeout);
-    let relay = relay_allowance(assumed_tick(shared.config.server_tick_time, timeout));
-    let headroom = timeout
-        .saturating_sub(live.lease.margin)
-        .saturating_sub(relay)
-        .saturating_sub(interval);
-    if headroom < interval * 2 {
+    let timeout = lease.timeout();
+    let relay = relay_allowance(tick);
+    let room = lease::headroom(timeout, tick, lease.margin());
+    if room < heartbeat_interval(timeout) * 2 {
         warn!(session_id = %hex(live.session_id), timeout_ms = timeout.as_millis() as u64,
             relay_ms = relay.as_millis() as u64,
-            "the session timeout leaves almost no lease once a heartbeat's way to the quorum leader is allowed for: the session will be lost at every hiccup; use a timeout of at least four server ticks");
+            "the session timeout leaves almost no lease once a heartbeat's way to the quorum leader is allowed for: every hiccup will end its terms; use a timeout of at least four server ticks");
     }
+    let mut link = if client.state() == SessionState::ConnectedReadOnly {
+        Link::ReadOnly
+    } else {
+        Link::Connected
+    };
+    let mut lapsed = !lease.is_valid();
+    // Whether a server answered a reconnect of this session with "expired".
+    let mut expired_answer = false;
     let mut proof = QuorumProof::default();
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut timer = BootTimer::new(clock.clone());
+    let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
+    tokio::pin!(next_beat);
     let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
     loop {
-        let deadline = tokio::time::Instant::from_std(live.lease.deadline());
+        let deadline = lease.deadline();
         let signal = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return EndOfSession::Closed,
-            _ = tokio::time::sleep_until(deadline) => {
-                // The timer may fire late (a frozen process): re-read the lease first, a
-                // heartbeat answer may have moved it.
-                if Instant::now() < live.lease.deadline() {
-                    continue;
+            // Before the client's own state: the relay reports a reconnect's negotiation before
+            // the client can read it.
+            Some(event) = relay_events.recv() => {
+                match event {
+                    RelayEvent::Negotiated { server, requested_session, answered_session, timeout: negotiated, sent, answered }
+                        if requested_session == live.session_id && answered_session == live.session_id =>
+                    {
+                        let before = lease.timeout();
+                        let conn = lease.connected(negotiated);
+                        if negotiated < before {
+                            warn!(session_id = %hex(live.session_id), server, from_ms = before.as_millis() as u64,
+                                to_ms = negotiated.as_millis() as u64,
+                                "the reconnect renegotiated a shorter session timeout: the lease counts with it from now on");
+                        } else {
+                            debug!(session_id = %hex(live.session_id), server, timeout_ms = negotiated.as_millis() as u64, "reconnected");
+                        }
+                        // The server revalidated the session with the quorum leader before it
+                        // answered: a heartbeat like any other.
+                        if let Some((proven, on)) = proof.record(sent, answered, conn, relay) {
+                            lease.advance(proven, on);
+                        }
+                    }
+                    RelayEvent::Negotiated { requested_session, answered_session: 0, .. }
+                        if requested_session == live.session_id =>
+                    {
+                        expired_answer = true;
+                    }
+                    RelayEvent::Unanswered { server, session_id, sent } if session_id == live.session_id => {
+                        debug!(session_id = %hex(session_id), server, sent = %sent,
+                            "a reconnect attempt went unanswered: the lease counts with the shortest timeout it may have negotiated");
+                        lease.unanswered_attempt();
+                    }
+                    _ => {}
                 }
-                warn!(session_id = %hex(live.session_id),
-                    unproven_ms = live.lease.acked().elapsed().as_millis() as u64,
-                    "the quorum cannot be shown to have heard from this session within its timeout: session lost");
-                ClientSignal::DeadlinePassed
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
+            }
+            _ = timer.sleep_until(deadline), if !lapsed => {
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
             }
             zk = watcher.changed() => {
                 debug!(session_id = %hex(live.session_id), zk_state = %zk, "client state changed");
@@ -1352,56 +1511,115 @@ async fn serve(shared: &Shared, live: &Live, state: &mut Option<ConnectionState>
                         // nodes, its lease): end ours, and start over with a client of our own.
                         warn!(session_id = %hex(live.session_id), new_session_id = %hex(client.session_id().0),
                             "the client left its read-only session for a new one; starting over with a new session");
-                        ClientSignal::Terminated
+                        return EndOfSession::Failed;
                     }
                     SessionState::SyncConnected => {
+                        link = Link::Connected;
                         heartbeats.push(heartbeat(live));
-                        ClientSignal::Connected
+                        if lease.is_valid() {
+                            lapsed = false;
+                            ClientSignal::Connected
+                        } else {
+                            // Back on a server, but nothing proves the quorum heard of us yet:
+                            // still suspended until a heartbeat does.
+                            lapsed = true;
+                            continue;
+                        }
                     }
-                    SessionState::ConnectedReadOnly => ClientSignal::ConnectedReadOnly,
-                    SessionState::Disconnected => ClientSignal::Disconnected,
-                    _ => ClientSignal::Terminated,
+                    SessionState::ConnectedReadOnly => {
+                        link = Link::ReadOnly;
+                        ClientSignal::ConnectedReadOnly
+                    }
+                    SessionState::Disconnected => {
+                        link = Link::Down;
+                        ClientSignal::Disconnected
+                    }
+                    SessionState::Expired if expired_answer => return EndOfSession::Expired,
+                    SessionState::AuthFailed => return EndOfSession::Failed,
+                    // Expired by the client's own timer, or closed under us: the servers may
+                    // still hold the session.
+                    _ => return EndOfSession::GaveUp,
                 }
             }
-            Some((sent, answered)) = heartbeats.next(), if !heartbeats.is_empty() => {
-                if let Some(proven) = answered.and_then(|at| proof.record(sent, at, relay)) {
-                    live.lease.advance(proven);
+            Some((sent, conn, answered)) = heartbeats.next(), if !heartbeats.is_empty() => {
+                if let Some((proven, on)) = answered.and_then(|at| proof.record(sent, at, conn, relay)) {
+                    lease.advance(proven, on);
                 }
-                continue;
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
             }
-            _ = ticker.tick() => {
+            () = &mut next_beat => {
+                next_beat.as_mut().reset(tokio::time::Instant::now() + heartbeat_interval(lease.timeout()));
+                if lease.check_clocks() {
+                    warn!(session_id = %hex(live.session_id),
+                        "the wall clock ran ahead of boot time: a pause that boot time did not see (a hypervisor that restored the guest's clock); the lease is void until a later heartbeat proves it");
+                    proof.forget_until(clock.now());
+                }
                 if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
                     heartbeats.push(heartbeat(live));
                 }
-                continue;
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
             }
         };
         if let Some(next) = next_state(*state, signal, false) {
             *state = Some(next);
             publish(shared, next, Some(live.session_id), live.epoch, false);
         }
-        if matches!(
-            signal,
-            ClientSignal::Terminated | ClientSignal::DeadlinePassed
-        ) {
-            return EndOfSession::Lost;
+    }
+}
+
+/// Whether the lease just lapsed (`Disconnected`: the state becomes `Suspended`) or was just
+/// proven again on a connected client (`Connected`: `Reconnected`); `None` when neither.
+fn lapse_or_proof(
+    shared: &Shared,
+    live: &Live,
+    lease: &Lease,
+    lapsed: &mut bool,
+    link: Link,
+) -> Option<ClientSignal> {
+    let valid = lease.is_valid();
+    match (*lapsed, valid) {
+        (false, false) => {
+            *lapsed = true;
+            warn!(session_id = %hex(live.session_id),
+                unproven_ms = lease.clock().now().saturating_duration_since(lease.acked()).as_millis() as u64,
+                timeout_ms = lease.timeout().as_millis() as u64,
+                "the quorum cannot be shown to have heard from this session within its timeout: its terms end; the session is kept and keeps proving itself");
+            crate::metrics::lease_lapsed();
+            lease.note_lapse();
+            // A read-only link already keeps every term from starting; leave its state alone.
+            (link != Link::ReadOnly).then_some(ClientSignal::Disconnected)
         }
+        (true, true) => {
+            *lapsed = false;
+            info!(session_id = %hex(live.session_id), "the lease is proven again");
+            let _ = shared;
+            (link == Link::Connected).then_some(ClientSignal::Connected)
+        }
+        _ => None,
     }
 }
 
 /// One heartbeat: a `sync`, which only a server in touch with the quorum leader can answer (a
-/// follower forwards it to the leader). Yields its send time and when it was answered. One
-/// request per heartbeat, whatever the number of terms the session holds: each term watches
-/// its own node instead.
+/// follower forwards it to the leader). Yields its send time, the connection it went out on,
+/// and when it was answered. One request per heartbeat, whatever the number of terms the
+/// session holds: each term watches its own node instead.
 fn heartbeat(live: &Live) -> Heartbeat {
-    let sent = Instant::now();
+    let clock = live.lease.clock().clone();
+    let sent = clock.now();
+    let conn = live.lease.current_conn();
     let client = live.client.clone();
     Box::pin(async move {
         match client.sync("/").await {
-            Ok(()) => (sent, Some(Instant::now())),
+            Ok(()) => (sent, conn, Some(clock.now())),
             Err(e) => {
                 debug!(error = %e, "heartbeat failed");
-                (sent, None)
+                (sent, conn, None)
             }
         }
     })
@@ -1461,7 +1679,42 @@ async fn probe_hosts(hosts: &str, bound: Duration) -> String {
     reasons.join(", ")
 }
 
-async fn connect_client(config: &Config) -> Result<Client> {
+/// Builds a client that resumes the session `resume` describes (its own client gave up on it).
+///
+/// # Errors
+/// [`Error::SessionExpired`] when the servers say the session is gone; others when no server
+/// answered.
+async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Result<Client> {
+    let mut connector = Client::connector()
+        .with_session(resume.info.clone())
+        .with_session_timeout(resume.timeout)
+        .with_readonly(config.read_only);
+    if let Some((user, password)) = &config.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    let client = match connector.with_fail_eagerly().connect(relayed).await {
+        Ok(client) => client,
+        Err(zookeeper_client::Error::SessionExpired) => return Err(Error::SessionExpired),
+        Err(zookeeper_client::Error::NoHosts) => {
+            return Err(Error::Unreachable {
+                reason: probe_hosts(&config.hosts, config.connection_timeout.min(PROBE_BOUND))
+                    .await,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match &config.chroot {
+        Some(chroot) => client
+            .chroot(chroot.clone())
+            .map_err(|_| Error::InvalidPath {
+                path: chroot.clone(),
+                reason: "the client refused this chroot",
+            }),
+        None => Ok(client),
+    }
+}
+
+async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
     let mut connector = Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_readonly(config.read_only);
@@ -1471,7 +1724,7 @@ async fn connect_client(config: &Config) -> Result<Client> {
     // One round of the hosts per attempt (the client would otherwise cycle through them until
     // the session timeout and report only `Timeout`): the supervisor retries with its own
     // bounded backoff, and can say why no host answered.
-    let client = match connector.with_fail_eagerly().connect(&config.hosts).await {
+    let client = match connector.with_fail_eagerly().connect(relayed).await {
         Ok(client) => client,
         Err(zookeeper_client::Error::NoHosts) => {
             return Err(Error::Unreachable {
@@ -1517,9 +1770,9 @@ async fn connect_client(config: &Config) -> Result<Client> {
 /// timeouts: by then a session that nobody else keeps alive has expired anyway.
 async fn retire(hosts: String, info: SessionInfo, timeout: Duration) {
     let id = hex(info.id().0);
-    let give_up = Instant::now() + (timeout * 4).max(Duration::from_secs(30));
+    let give_up = tokio::time::Instant::now() + (timeout * 4).max(Duration::from_secs(30));
     let mut failures = 0u32;
-    while Instant::now() < give_up {
+    while tokio::time::Instant::now() < give_up {
         let twin = Client::connector()
             .with_session(info.clone())
             .with_session_timeout(timeout)
@@ -1578,122 +1831,6 @@ pub(crate) fn retry_backoff(failures: u32, cap: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lease_deadline_is_last_ack_plus_timeout_minus_margin() {
-        let t0 = Instant::now();
-        let d = lease_deadline(t0, Duration::from_secs(2), Duration::from_millis(100));
-        assert_eq!(d - t0, Duration::from_millis(1900));
-        // A margin larger than the timeout never puts the deadline before the ack.
-        assert_eq!(
-            lease_deadline(t0, Duration::from_millis(5), Duration::from_secs(1)),
-            t0
-        );
-    }
-
-    #[test]
-    fn default_margin_is_a_twentieth_with_a_floor() {
-        assert_eq!(
-            default_margin(Duration::from_secs(2)),
-            Duration::from_millis(100)
-        );
-        assert_eq!(
-            default_margin(Duration::from_millis(100)),
-            Duration::from_millis(10)
-        );
-        assert_eq!(
-            default_margin(Duration::from_millis(10)),
-            Duration::from_millis(5)
-        );
-    }
-
-    #[test]
-    fn lease_only_moves_forward_and_stops_at_loss() {
-        let t0 = Instant::now();
-        let lease = Lease::new(t0, Duration::from_secs(10), Some(Duration::ZERO));
-        lease.advance(t0 + Duration::from_secs(3));
-        lease.advance(t0 + Duration::from_secs(1));
-        assert_eq!(lease.safe_until(), t0 + Duration::from_secs(13));
-        lease.mark_lost();
-        assert!(lease.safe_until() <= Instant::now());
-    }
-
-    #[test]
-    fn an_answer_proves_only_heartbeats_answered_a_relay_allowance_before_it_was_sent() {
-        let t0 = Instant::now();
-        let ms = |n: u64| t0 + Duration::from_millis(n);
-        let relay = Duration::from_millis(750);
-        let mut proof = QuorumProof::default();
-        // Heartbeats every 250 ms, each answered 5 ms later.
-        assert_eq!(proof.record(ms(0), ms(5), relay), None);
-        assert_eq!(proof.record(ms(250), ms(255), relay), None);
-        assert_eq!(proof.record(ms(500), ms(505), relay), None);
-        // Sent 745 ms after the first answer: not yet enough.
-        assert_eq!(proof.record(ms(750), ms(755), relay), None);
-        // Sent 755 ms after it: proves the first, and only the first.
-        assert_eq!(proof.record(ms(760), ms(765), relay), Some(ms(0)));
-        // Later answers prove the newest heartbeat they can, never an older one again.
-        assert_eq!(proof.record(ms(1010), ms(1015), relay), Some(ms(250)));
-        assert_eq!(proof.record(ms(1600), ms(1605), relay), Some(ms(760)));
-    }
-
-    #[test]
-    fn answers_out_of_order_prove_nothing_they_cannot() {
-        let t0 = Instant::now();
-        let ms = |n: u64| t0 + Duration::from_millis(n);
-        let relay = Duration::from_millis(300);
-        let mut proof = QuorumProof::default();
-        // A heartbeat sent before another's answer proves nothing about it, whatever the order
-        // in which their answers arrive.
-        assert_eq!(proof.record(ms(100), ms(900), relay), None);
-        assert_eq!(proof.record(ms(0), ms(950), relay), None);
-        assert_eq!(proof.record(ms(1190), ms(1195), relay), None);
-        assert_eq!(proof.record(ms(1260), ms(1270), relay), Some(ms(100)));
-    }
-
-    #[test]
-    fn unproven_heartbeats_are_bounded() {
-        let t0 = Instant::now();
-        let mut proof = QuorumProof::default();
-        let relay = Duration::from_secs(3600);
-        for i in 0..1000 {
-            let at = t0 + Duration::from_millis(i);
-            assert_eq!(proof.record(at, at, relay), None);
-        }
-        assert!(proof.answered.len() <= MAX_UNPROVEN);
-    }
-
-    #[test]
-    fn the_assumed_tick_is_the_configured_one_else_zookeepers_default_within_a_third() {
-        assert_eq!(
-            assumed_tick(Some(Duration::from_millis(500)), Duration::from_secs(2)),
-            Duration::from_millis(500)
-        );
-        assert_eq!(
-            assumed_tick(None, Duration::from_secs(60)),
-            Duration::from_secs(2)
-        );
-        assert_eq!(
-            assumed_tick(None, Duration::from_secs(3)),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            relay_allowance(Duration::from_millis(500)),
-            Duration::from_millis(750)
-        );
-    }
-
-    #[test]
-    fn heartbeats_are_an_eighth_of_the_timeout() {
-        assert_eq!(
-            heartbeat_interval(Duration::from_secs(8)),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            heartbeat_interval(Duration::from_millis(16)),
-            Duration::from_millis(5)
-        );
-    }
 
     #[test]
     fn retry_backoff_doubles_up_to_the_cap() {

@@ -1,0 +1,613 @@
+//! The lease of one ZooKeeper session: the instant up to which the session is provably alive on
+//! the quorum leader, and the proof rules that move it.
+//!
+//! The argument is in `recipes/leader-latch.md`, "The deadline". In short: a heartbeat is a
+//! `sync`, which only a server in touch with the quorum leader can answer; an answer proves that
+//! an earlier heartbeat's touch reached the leader once a relay allowance has passed between the
+//! two ([`QuorumProof`]); the leader then cannot expire the session before that touch's send
+//! time plus the session timeout. Everything here is on boot time ([`BootTime`]), which counts a
+//! host's suspend, and:
+//!
+//! - **the timeout is the lowest any connection since the proven touch negotiated.** Every
+//!   reconnect renegotiates it (each server clamps the request to its own limits), and the quorum
+//!   leader expires the session one timeout of the *latest* touch's connection after that touch,
+//!   which may be sooner than an earlier touch's expiry. A reconnect attempt whose answer never
+//!   came may have renegotiated too: it counts with [`Lease`]'s floor (twice the servers' tick,
+//!   ZooKeeper's default `minSessionTimeout`);
+//! - **a wall clock that ran ahead of boot time** by more than the margin since the last look
+//!   means a pause that boot time did not see (a hypervisor that restored the guest's clock): the
+//!   lease is void, and only heartbeats sent after that look can prove it again;
+//! - **a lease that lapsed is not a lost session.** The deadline passing ends the terms won on the
+//!   session; the session itself lives on until the servers say it expired, and a later proof
+//!   makes the lease valid again.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::clock::{BootTime, Clock};
+
+/// How often, as a fraction of the negotiated timeout, the session proves itself alive.
+pub(crate) const HEARTBEATS_PER_TIMEOUT: u32 = 8;
+
+/// ZooKeeper's default `tickTime`.
+const DEFAULT_SERVER_TICK: Duration = Duration::from_secs(2);
+
+/// The lease margin when none is configured: 1/20 of the timeout, at least 10 ms, and never more
+/// than half the timeout.
+pub(crate) fn default_margin(timeout: Duration) -> Duration {
+    (timeout / 20)
+        .max(Duration::from_millis(10))
+        .min(timeout / 2)
+}
+
+/// How often the session proves itself alive.
+pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
+    (timeout / HEARTBEATS_PER_TIMEOUT).max(Duration::from_millis(5))
+}
+
+/// The servers' tick as the session assumes it: the configured one; else ZooKeeper's default,
+/// but at most a third of the negotiated timeout (a server whose tick is larger than that
+/// leaves a lease too short to keep, see `SessionBuilder::server_tick_time`).
+pub(crate) fn assumed_tick(configured: Option<Duration>, timeout: Duration) -> Duration {
+    configured.unwrap_or_else(|| DEFAULT_SERVER_TICK.min(timeout / 3))
+}
+
+/// How long after a heartbeat was answered a later one must have been sent for the later one's
+/// answer to prove that the first one's touch reached the quorum leader: a tick and a half.
+///
+/// Half a tick is the leader's ping period (a follower relays the sessions it heard from in its
+/// next ping reply, on the same connection that later carries our `sync` to the leader), half a
+/// tick more allows for late pings, and the last half covers a leader that has lost its quorum
+/// but has not yet stepped down: it keeps answering for up to a tick and a half longer than its
+/// followers take to leave it. The argument is in `recipes/leader-latch.md`, "The deadline".
+pub(crate) fn relay_allowance(tick: Duration) -> Duration {
+    tick * 3 / 2
+}
+
+/// The least lease a healthy session has left at any moment: the timeout minus the margin, the
+/// relay allowance and two heartbeat intervals (a proof arrives a relay allowance and up to a
+/// heartbeat interval after the heartbeat it proves was sent, and the next one a heartbeat
+/// interval later).
+pub(crate) fn headroom(timeout: Duration, tick: Duration, margin: Duration) -> Duration {
+    timeout
+        .saturating_sub(margin)
+        .saturating_sub(relay_allowance(tick))
+        .saturating_sub(heartbeat_interval(timeout) * 2)
+}
+
+/// The longest grace that work of a term (a selector's closure, a job's run, `zkr`'s command)
+/// may be given to stop: the [`headroom`] minus one more heartbeat interval. A term whose lease
+/// is not renewed is ended this long before its deadline, so that the work gets its grace and
+/// still stops before the deadline; the extra interval keeps one late proof from ending a term
+/// on a healthy session.
+pub(crate) fn grace_limit(timeout: Duration, tick: Duration, margin: Duration) -> Duration {
+    headroom(timeout, tick, margin).saturating_sub(heartbeat_interval(timeout))
+}
+
+/// The answered heartbeats of one session, kept until a later answer proves that they reached
+/// the quorum leader.
+///
+/// A heartbeat is a `sync`, which a follower cannot answer without its leader. An answer to
+/// heartbeat `k` proves that the server's link to the quorum leader carried `k` to the leader;
+/// that same link carried, before it, the server's ping reply with our session's touch from
+/// every heartbeat `j` it had answered at least [`relay_allowance`] before `k` was sent. So the
+/// leader heard of the session no earlier than `j`'s send time. A reconnect counts as a
+/// heartbeat too: the server revalidated the session with the leader before it answered.
+#[derive(Debug, Default)]
+pub(crate) struct QuorumProof {
+    /// `(sent, answered, connection)` of heartbeats not yet proven, oldest first.
+    answered: VecDeque<(BootTime, BootTime, u64)>,
+}
+
+/// How many unproven heartbeats are kept at most (a few relay allowances' worth).
+const MAX_UNPROVEN: usize = 64;
+
+impl QuorumProof {
+    /// Records that a heartbeat sent at `sent` (on connection `conn`) was answered at
+    /// `answered`; returns the send time and connection of the newest earlier heartbeat that this
+    /// answer proves reached the quorum leader.
+    pub(crate) fn record(
+        &mut self,
+        sent: BootTime,
+        answered: BootTime,
+        conn: u64,
+        relay: Duration,
+    ) -> Option<(BootTime, u64)> {
+        let proven = self
+            .answered
+            .iter()
+            .filter(|(_, at, _)| *at + relay <= sent)
+            .map(|(s, _, c)| (*s, *c))
+            .max();
+        if let Some((proven, _)) = proven {
+            self.answered.retain(|(s, _, _)| *s > proven);
+        }
+        if self.answered.len() >= MAX_UNPROVEN {
+            self.answered.pop_front();
+        }
+        self.answered.push_back((sent, answered, conn));
+        proven
+    }
+
+    /// Forgets every heartbeat sent at or before `at`: they prove nothing any more.
+    pub(crate) fn forget_until(&mut self, at: BootTime) {
+        self.answered.retain(|(s, _, _)| *s > at);
+    }
+}
+
+/// One connection of the session (or a reconnect attempt whose answer never came) and the
+/// timeout it may have given the session.
+#[derive(Debug, Clone, Copy)]
+struct Conn {
+    seq: u64,
+    timeout: Duration,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The send time of the newest touch proven to have reached the quorum leader.
+    acked: BootTime,
+    /// The connections from the one current when `acked` was sent on, with their timeouts.
+    conns: VecDeque<Conn>,
+    /// The connection heartbeats go out on now.
+    current: u64,
+    next_seq: u64,
+    /// Set when a pause was seen that boot time missed: nothing proven so far counts.
+    void: bool,
+    /// Heartbeats sent at or before this prove nothing (the last time the lease was voided).
+    void_before: BootTime,
+    /// Boot and wall time at the last look, to see the wall clock run ahead of boot time.
+    seen: (BootTime, i64),
+    lost_at: Option<BootTime>,
+}
+
+impl State {
+    fn timeout(&self) -> Duration {
+        self.conns
+            .iter()
+            .map(|c| c.timeout)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The lease of one ZooKeeper session (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct Lease {
+    clock: Clock,
+    margin: Duration,
+    /// The timeout a reconnect attempt whose answer never came is assumed to have renegotiated.
+    floor: Duration,
+    state: Mutex<State>,
+    /// Bumped whenever the deadline moves earlier than the proofs alone would move it (a
+    /// shorter timeout, a void lease, the loss): a term that waits for its deadline looks again.
+    changes: watch::Sender<u64>,
+}
+
+impl Lease {
+    /// The lease of a session whose request was sent at `started` and that negotiated `timeout`.
+    pub(crate) fn new(
+        clock: Clock,
+        started: BootTime,
+        timeout: Duration,
+        margin: Option<Duration>,
+        tick: Duration,
+    ) -> Self {
+        let seen = (clock.now(), clock.wall_ms());
+        Lease {
+            margin: margin.unwrap_or_else(|| default_margin(timeout)),
+            floor: tick * 2,
+            state: Mutex::new(State {
+                acked: started,
+                conns: VecDeque::from([Conn { seq: 0, timeout }]),
+                current: 0,
+                next_seq: 1,
+                void: false,
+                void_before: BootTime::default(),
+                seen,
+                lost_at: None,
+            }),
+            changes: watch::channel(0).0,
+            clock,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The clock the lease reads.
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The margin kept before the leader could expire the session.
+    pub(crate) fn margin(&self) -> Duration {
+        self.margin
+    }
+
+    /// The timeout the lease counts with: the lowest any connection since the proven touch may
+    /// have given the session.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.lock().timeout()
+    }
+
+    /// The send time of the newest proven touch.
+    pub(crate) fn acked(&self) -> BootTime {
+        self.lock().acked
+    }
+
+    /// The connection heartbeats go out on now, to tag a heartbeat with when it is sent.
+    pub(crate) fn current_conn(&self) -> u64 {
+        self.lock().current
+    }
+
+    /// A receiver that changes whenever the deadline moves earlier than the proofs would move it.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Whether the wall clock ran ahead of boot time by more than the margin since the last look.
+    fn wall_ran_ahead(&self, state: &State, now: BootTime, wall: i64) -> bool {
+        let (boot_then, wall_then) = state.seen;
+        let boot_ms =
+            i64::try_from(now.saturating_duration_since(boot_then).as_millis()).unwrap_or(i64::MAX);
+        let hidden = wall.saturating_sub(wall_then).saturating_sub(boot_ms);
+        hidden > i64::try_from(self.margin.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Looks at the clocks: a wall clock that ran ahead of boot time voids the lease. Returns
+    /// whether it did. The session calls this on every heartbeat.
+    pub(crate) fn check_clocks(&self) -> bool {
+        let now = self.clock.now();
+        let wall = self.clock.wall_ms();
+        let voided = {
+            let mut state = self.lock();
+            let ran_ahead = self.wall_ran_ahead(&state, now, wall);
+            if ran_ahead {
+                state.void = true;
+                state.void_before = now;
+            }
+            state.seen = (now, wall);
+            ran_ahead
+        };
+        if voided {
+            self.bump();
+        }
+        voided
+    }
+
+    /// Records that a touch sent at `sent`, on connection `conn`, provably reached the quorum
+    /// leader.
+    pub(crate) fn advance(&self, sent: BootTime, conn: u64) {
+        if self.check_clocks() {
+            return;
+        }
+        let mut state = self.lock();
+        if sent <= state.void_before {
+            return;
+        }
+        if state.void || sent > state.acked {
+            state.acked = sent;
+            state.void = false;
+            state.conns.retain(|c| c.seq >= conn);
+        }
+    }
+
+    /// A new connection negotiated `timeout`; returns its number. Heartbeats go out on it from
+    /// now on.
+    pub(crate) fn connected(&self, timeout: Duration) -> u64 {
+        let shorter = {
+            let mut state = self.lock();
+            let before = state.timeout();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            state.current = seq;
+            state.conns.push_back(Conn { seq, timeout });
+            state.timeout() < before
+        };
+        if shorter {
+            self.bump();
+        }
+        self.current_conn()
+    }
+
+    /// A reconnect attempt reached a server but its answer never came: the server may have
+    /// renegotiated the timeout, down to the floor, and touched the session with it.
+    pub(crate) fn unanswered_attempt(&self) {
+        let shorter = {
+            let mut state = self.lock();
+            let before = state.timeout();
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            let timeout = self.floor.min(before);
+            state.conns.push_back(Conn { seq, timeout });
+            state.timeout() < before
+        };
+        if shorter {
+            self.bump();
+        }
+    }
+
+    /// The instant up to which the session is provably alive: the proven touch's send time plus
+    /// the timeout, minus the margin. Now or earlier when the lease is void (also when the wall
+    /// clock has run ahead of boot time since the last look) or lost.
+    pub(crate) fn deadline(&self) -> BootTime {
+        self.deadline_at(self.clock.now())
+    }
+
+    /// [`deadline`](Self::deadline) as seen at boot time `now`.
+    fn deadline_at(&self, now: BootTime) -> BootTime {
+        let wall = self.clock.wall_ms();
+        let state = self.lock();
+        let proven = state.acked + state.timeout().saturating_sub(self.margin);
+        let mut deadline = proven;
+        if state.void || self.wall_ran_ahead(&state, now, wall) {
+            deadline = deadline.min(now);
+        }
+        if let Some(at) = state.lost_at {
+            deadline = deadline.min(at);
+        }
+        deadline
+    }
+
+    /// Whether the deadline is still ahead.
+    pub(crate) fn is_valid(&self) -> bool {
+        let now = self.clock.now();
+        now < self.deadline_at(now)
+    }
+
+    /// The lease lapsed (its deadline passed without a newer proof): whoever waits for the
+    /// deadline looks again.
+    pub(crate) fn note_lapse(&self) {
+        self.bump();
+    }
+
+    /// Completes once the deadline is within `ahead` of now, or as soon as the lease changed in
+    /// a way that may have moved the deadline earlier (a lapse, a shorter timeout, a void lease,
+    /// the loss, a test's clock jump): the caller looks again. Cancel safe.
+    pub(crate) async fn until_within(&self, ahead: Duration) {
+        let mut changes = self.subscribe();
+        let mut jumps = self.clock.jumps();
+        loop {
+            let target = self.deadline() - ahead;
+            let left = target.saturating_duration_since(self.clock.now());
+            if left.is_zero() {
+                return;
+            }
+            let jumped = async {
+                match jumps.as_mut() {
+                    Some(rx) => {
+                        let _ = rx.changed().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                _ = changes.changed() => return,
+                () = jumped => return,
+            }
+        }
+    }
+
+    /// The session ended: the deadline is now at the latest.
+    pub(crate) fn mark_lost(&self) {
+        let now = self.clock.now();
+        self.lock().lost_at.get_or_insert(now);
+        self.bump();
+    }
+
+    /// Whether the session this lease belongs to has ended.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lock().lost_at.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::TestClock;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_deadline_is_the_proven_touch_plus_the_timeout_minus_the_margin() {
+        let clock = TestClock::new();
+        let t0 = clock.clock().now();
+        let lease = Lease::new(clock.clock(), t0, ms(10_000), Some(ms(100)), ms(500));
+        assert_eq!(lease.deadline(), t0 + ms(9_900));
+        lease.advance(t0 + ms(3_000), 0);
+        lease.advance(t0 + ms(1_000), 0);
+        assert_eq!(
+            lease.deadline(),
+            t0 + ms(12_900),
+            "the lease only moves forward"
+        );
+        lease.mark_lost();
+        assert!(!lease.is_valid());
+        assert!(lease.is_lost());
+    }
+
+    #[test]
+    fn a_suspended_host_sees_its_lease_over_at_once() {
+        // Boot time moves ahead while the monotonic clock does not: a host that resumes from a
+        // suspend. The lease is read off boot time, so it is over without any timer firing.
+        let clock = TestClock::new();
+        let lease = Lease::new(
+            clock.clock(),
+            clock.clock().now(),
+            ms(60_000),
+            None,
+            ms(2_000),
+        );
+        assert!(lease.is_valid());
+        clock.suspend(Duration::from_secs(600));
+        assert!(
+            !lease.is_valid(),
+            "a lease whose time passed during a suspend is over"
+        );
+    }
+
+    #[test]
+    fn a_wall_clock_that_runs_ahead_of_boot_time_voids_the_lease_until_a_later_proof() {
+        let clock = TestClock::new();
+        let now = clock.clock().now();
+        let lease = Lease::new(clock.clock(), now, ms(10_000), Some(ms(500)), ms(500));
+        assert!(lease.is_valid());
+        // A hypervisor paused the guest for a minute and restored its clocks; the guest sees it
+        // only when its wall clock is set right.
+        clock.step_wall(60_000);
+        assert!(!lease.is_valid(), "the hidden pause is seen at once");
+        let changes = lease.subscribe();
+        assert!(lease.check_clocks());
+        assert!(changes.has_changed().unwrap_or(false));
+        // A heartbeat sent before the pause was seen proves nothing; one sent after does.
+        lease.advance(now, 0);
+        assert!(!lease.is_valid());
+        let later = clock.clock().now() + ms(1);
+        lease.advance(later, 0);
+        assert_eq!(lease.deadline(), later + ms(9_500));
+        // A wall clock stepped back hides no time.
+        clock.step_wall(-120_000);
+        assert!(lease.is_valid());
+    }
+
+    #[test]
+    fn a_timeout_renegotiated_down_on_a_reconnect_shortens_the_lease_at_once() {
+        let clock = TestClock::new();
+        let t0 = clock.clock().now();
+        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)), ms(500));
+        let changes = lease.subscribe();
+        assert_eq!(lease.deadline(), t0 + ms(59_900));
+        // The session moves to a server whose maxSessionTimeout is 4 s.
+        let conn = lease.connected(ms(4_000));
+        assert!(changes.has_changed().unwrap_or(false));
+        assert_eq!(lease.timeout(), ms(4_000));
+        assert_eq!(lease.deadline(), t0 + ms(3_900));
+        // Touches proven on the new connection count with its timeout; back on a server that
+        // gives 60 s, only touches of that connection count with 60 s.
+        lease.advance(t0 + ms(1_000), conn);
+        assert_eq!(lease.deadline(), t0 + ms(4_900));
+        let back = lease.connected(ms(60_000));
+        lease.advance(t0 + ms(2_000), conn);
+        assert_eq!(lease.deadline(), t0 + ms(5_900), "still min(4 s, 60 s)");
+        lease.advance(t0 + ms(3_000), back);
+        assert_eq!(lease.deadline(), t0 + ms(62_900));
+    }
+
+    #[test]
+    fn an_unanswered_reconnect_attempt_counts_with_the_floor() {
+        let clock = TestClock::new();
+        let t0 = clock.clock().now();
+        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)), ms(500));
+        lease.unanswered_attempt();
+        assert_eq!(lease.timeout(), ms(1_000), "twice the tick");
+        // A proof of a touch sent on a later connection no longer counts the attempt.
+        let conn = lease.connected(ms(60_000));
+        lease.advance(t0 + ms(10), conn);
+        assert_eq!(lease.timeout(), ms(60_000));
+    }
+
+    #[test]
+    fn an_answer_proves_only_heartbeats_answered_a_relay_allowance_before_it_was_sent() {
+        let t = |n: u64| BootTime::from_nanos(1_000_000_000 + n * 1_000_000);
+        let relay = ms(750);
+        let mut proof = QuorumProof::default();
+        // Heartbeats every 250 ms, each answered 5 ms later.
+        assert_eq!(proof.record(t(0), t(5), 0, relay), None);
+        assert_eq!(proof.record(t(250), t(255), 0, relay), None);
+        assert_eq!(proof.record(t(500), t(505), 0, relay), None);
+        // Sent 745 ms after the first answer: not yet enough.
+        assert_eq!(proof.record(t(750), t(755), 0, relay), None);
+        // Sent 755 ms after it: proves the first, and only the first.
+        assert_eq!(proof.record(t(760), t(765), 1, relay), Some((t(0), 0)));
+        // Later answers prove the newest heartbeat they can, never an older one again.
+        assert_eq!(proof.record(t(1010), t(1015), 1, relay), Some((t(250), 0)));
+        assert_eq!(proof.record(t(1600), t(1605), 1, relay), Some((t(760), 1)));
+    }
+
+    #[test]
+    fn answers_out_of_order_prove_nothing_they_cannot() {
+        let t = |n: u64| BootTime::from_nanos(1_000_000_000 + n * 1_000_000);
+        let relay = ms(300);
+        let mut proof = QuorumProof::default();
+        // A heartbeat sent before another's answer proves nothing about it, whatever the order
+        // in which their answers arrive.
+        assert_eq!(proof.record(t(100), t(900), 0, relay), None);
+        assert_eq!(proof.record(t(0), t(950), 0, relay), None);
+        assert_eq!(proof.record(t(1190), t(1195), 0, relay), None);
+        assert_eq!(proof.record(t(1260), t(1270), 0, relay), Some((t(100), 0)));
+        // Forgotten heartbeats prove nothing.
+        proof.forget_until(t(2000));
+        assert_eq!(proof.record(t(5000), t(5001), 0, relay), None);
+    }
+
+    #[test]
+    fn unproven_heartbeats_are_bounded() {
+        let mut proof = QuorumProof::default();
+        let relay = Duration::from_secs(3600);
+        for i in 0..1000 {
+            let at = BootTime::from_nanos(i * 1_000_000);
+            assert_eq!(proof.record(at, at, 0, relay), None);
+        }
+        assert!(proof.answered.len() <= MAX_UNPROVEN);
+    }
+
+    #[test]
+    fn default_margin_is_a_twentieth_with_a_floor() {
+        assert_eq!(default_margin(Duration::from_secs(2)), ms(100));
+        assert_eq!(default_margin(ms(100)), ms(10));
+        assert_eq!(default_margin(ms(10)), ms(5));
+    }
+
+    #[test]
+    fn the_assumed_tick_is_the_configured_one_else_zookeepers_default_within_a_third() {
+        assert_eq!(assumed_tick(Some(ms(500)), Duration::from_secs(2)), ms(500));
+        assert_eq!(
+            assumed_tick(None, Duration::from_secs(60)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            assumed_tick(None, Duration::from_secs(3)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(relay_allowance(ms(500)), ms(750));
+    }
+
+    #[test]
+    fn heartbeats_are_an_eighth_of_the_timeout() {
+        assert_eq!(
+            heartbeat_interval(Duration::from_secs(8)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(heartbeat_interval(ms(16)), ms(5));
+    }
+
+    #[test]
+    fn the_grace_limit_leaves_the_least_healthy_lease_minus_one_heartbeat() {
+        // T = 10 s, tick 2 s: margin 0.5 s, relay 3 s, heartbeats 1.25 s.
+        let t = Duration::from_secs(10);
+        assert_eq!(headroom(t, ms(2_000), default_margin(t)), ms(4_000));
+        assert_eq!(grace_limit(t, ms(2_000), default_margin(t)), ms(2_750));
+        // T = 60 s (Curator's default), tick 2 s.
+        let t = Duration::from_secs(60);
+        assert_eq!(grace_limit(t, ms(2_000), default_margin(t)), ms(31_500));
+        // A timeout too short for any grace.
+        assert_eq!(
+            grace_limit(ms(1_000), ms(500), default_margin(ms(1_000))),
+            Duration::ZERO
+        );
+    }
+}

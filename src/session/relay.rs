@@ -1,0 +1,455 @@
+//! A loopback relay in front of each server, which reads the timeout every connection of the
+//! session negotiates.
+//!
+//! Every reconnect renegotiates the session timeout: the client asks for the timeout it has,
+//! and the server it reaches clamps the request to its own `[minSessionTimeout,
+//! maxSessionTimeout]`. From then on the quorum leader expires the session one *new* timeout
+//! after its last touch. zookeeper-client 0.11 reports only the timeout of the session's first
+//! connection (`Client::session_timeout`), and has no hook on its connections. So the session
+//! gives its client one local address per server, here, and relays each connection to its
+//! server, reading the two frames that open it: the client's `ConnectRequest` (which session,
+//! when it was sent) and the server's `ConnectResponse` (the negotiated timeout). The
+//! negotiation is reported before the response reaches the client, so the lease knows the new
+//! timeout before the client can act on the connection; a request that was sent and never
+//! answered is reported too (the server may have touched the session with a timeout we will not
+//! learn). After those two frames the relay only copies bytes, in order, both ways; a side that
+//! closes closes the other.
+//!
+//! The cost: one loopback hop per request and per reply (a few tens of microseconds), and two
+//! sockets and a task per connection. It also tells which server a connection went to.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tracing::debug;
+
+use crate::clock::{BootTime, Clock};
+
+/// What the relay saw of one connection's opening.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RelayEvent {
+    /// The server answered a `ConnectRequest` for `session_id` (0 for a new session) with
+    /// `timeout` (and the session's id: `answered_session`).
+    Negotiated {
+        server: String,
+        /// The session the request asked for (0: a new one).
+        requested_session: i64,
+        /// The session the server answered with (0: expired or refused).
+        answered_session: i64,
+        timeout: Duration,
+        /// When the request's last byte went to the server.
+        sent: BootTime,
+        /// When its answer was read.
+        answered: BootTime,
+    },
+    /// A `ConnectRequest` for `session_id` reached the server and no answer came back before
+    /// the connection ended.
+    Unanswered {
+        server: String,
+        session_id: i64,
+        sent: BootTime,
+    },
+}
+
+/// The relay of one session: one listener per server, in the order of the connect string.
+pub(crate) struct Relay {
+    /// The connect string to give the client: one local address per server, same order.
+    pub(crate) local: String,
+    _stop: DropGuard,
+}
+
+/// A `ConnectRequest` or `ConnectResponse` is never larger than this (a password is 16 bytes):
+/// a first frame announcing more is not ZooKeeper's handshake (a four-letter word).
+const MAX_HANDSHAKE_FRAME: usize = 4096;
+
+impl Relay {
+    /// Starts a listener on loopback for each of `hosts` (`host:port,host:port`), reporting
+    /// each connection's opening to `events`.
+    pub(crate) async fn start(
+        hosts: &str,
+        clock: Clock,
+        events: mpsc::UnboundedSender<RelayEvent>,
+    ) -> io::Result<Relay> {
+        let stop = CancellationToken::new();
+        let mut local = Vec::new();
+        for host in hosts.split(',') {
+            let host = host.trim().trim_start_matches("tcp://").to_owned();
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            local.push(listener.local_addr()?.to_string());
+            let stop = stop.clone();
+            let clock = clock.clone();
+            let events = events.clone();
+            tokio::spawn(async move {
+                loop {
+                    let accepted = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        a = listener.accept() => a,
+                    };
+                    match accepted {
+                        Ok((client, _)) => {
+                            let host = host.clone();
+                            let clock = clock.clone();
+                            let events = events.clone();
+                            let stop = stop.clone();
+                            tokio::spawn(async move {
+                                tokio::select! {
+                                    _ = stop.cancelled() => {}
+                                    () = relay(client, &host, &clock, &events) => {}
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            debug!(error = %e, "the relay could not accept a connection");
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(Relay {
+            local: local.join(","),
+            _stop: stop.drop_guard(),
+        })
+    }
+}
+
+/// The first frame of a stream: its length, once known, and the bytes read so far.
+#[derive(Default)]
+struct FirstFrame {
+    bytes: Vec<u8>,
+}
+
+impl FirstFrame {
+    /// The frame's body once it has all arrived; `Err(())` when the stream does not open with a
+    /// handshake frame.
+    fn body(&self) -> Result<Option<&[u8]>, ()> {
+        let Some(len) = self.bytes.get(..4) else {
+            return Ok(None);
+        };
+        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+        let len = usize::try_from(len).map_err(|_| ())?;
+        if len > MAX_HANDSHAKE_FRAME {
+            return Err(());
+        }
+        Ok(self.bytes.get(4..4 + len))
+    }
+}
+
+fn i32_at(body: &[u8], at: usize) -> Option<i32> {
+    let b = body.get(at..at + 4)?;
+    Some(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn i64_at(body: &[u8], at: usize) -> Option<i64> {
+    let b = body.get(at..at + 8)?;
+    let mut a = [0u8; 8];
+    a.copy_from_slice(b);
+    Some(i64::from_be_bytes(a))
+}
+
+/// `ConnectRequest`: protocol version (i32), last zxid seen (i64), timeout (i32), session id
+/// (i64), password, read-only flag. Returns the session id.
+pub(crate) fn parse_connect_request(body: &[u8]) -> Option<i64> {
+    i64_at(body, 16)
+}
+
+/// `ConnectResponse`: protocol version (i32), timeout (i32), session id (i64), password,
+/// read-only flag. Returns the timeout and the session id.
+pub(crate) fn parse_connect_response(body: &[u8]) -> Option<(Duration, i64)> {
+    let timeout = i32_at(body, 4)?;
+    let session = i64_at(body, 8)?;
+    let timeout = Duration::from_millis(u64::try_from(timeout).ok()?);
+    Some((timeout, session))
+}
+
+/// Relays one connection of the client to `host`.
+async fn relay(
+    mut client: TcpStream,
+    host: &str,
+    clock: &Clock,
+    events: &mpsc::UnboundedSender<RelayEvent>,
+) {
+    let _ = client.set_nodelay(true);
+    let mut request = FirstFrame::default();
+    let mut buf = vec![0u8; 8192];
+    // Connect to the server while taking what the client sends meanwhile (its handshake).
+    let connect = TcpStream::connect(host);
+    tokio::pin!(connect);
+    let mut upstream = loop {
+        tokio::select! {
+            up = &mut connect => match up {
+                Ok(up) => break up,
+                Err(e) => {
+                    debug!(server = host, error = %e, "the relay could not reach the server");
+                    return;
+                }
+            },
+            read = client.read(&mut buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.bytes.extend_from_slice(&buf[..n]),
+            },
+        }
+    };
+    let _ = upstream.set_nodelay(true);
+    let (mut client_rx, mut client_tx) = client.split();
+    let (mut server_rx, mut server_tx) = upstream.split();
+    // The handshake: forward the client's bytes as they come, note when its request has gone
+    // out, and hold the server's first frame until it can be read.
+    let mut forwarded = 0usize;
+    let mut sent: Option<(BootTime, i64)> = None;
+    let mut passthrough = false;
+    let mut response = FirstFrame::default();
+    let mut sbuf = vec![0u8; 8192];
+    loop {
+        if forwarded < request.bytes.len() {
+            if server_tx
+                .write_all(&request.bytes[forwarded..])
+                .await
+                .is_err()
+            {
+                return;
+            }
+            forwarded = request.bytes.len();
+        }
+        if sent.is_none() && !passthrough {
+            match request.body() {
+                Ok(Some(body)) => match parse_connect_request(body) {
+                    Some(session) => sent = Some((clock.now(), session)),
+                    None => passthrough = true,
+                },
+                Ok(None) => {}
+                Err(()) => passthrough = true,
+            }
+        }
+        tokio::select! {
+            read = client_rx.read(&mut buf) => match read {
+                Ok(0) | Err(_) => {
+                    report_unanswered(host, sent, events);
+                    return;
+                }
+                Ok(n) => request.bytes.extend_from_slice(&buf[..n]),
+            },
+            read = server_rx.read(&mut sbuf) => match read {
+                Ok(0) | Err(_) => {
+                    // Whatever the server said before it closed (a four-letter word's answer)
+                    // still goes to the client.
+                    let _ = client_tx.write_all(&response.bytes).await;
+                    report_unanswered(host, sent, events);
+                    return;
+                }
+                Ok(n) => {
+                    response.bytes.extend_from_slice(&sbuf[..n]);
+                    match response.body() {
+                        Ok(None) if !passthrough => continue,
+                        Ok(Some(body)) if !passthrough => {
+                            if let (Some((sent_at, requested)), Some((timeout, answered_session))) =
+                                (sent, parse_connect_response(body))
+                            {
+                                let _ = events.send(RelayEvent::Negotiated {
+                                    server: host.to_owned(),
+                                    requested_session: requested,
+                                    answered_session,
+                                    timeout,
+                                    sent: sent_at,
+                                    answered: clock.now(),
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
+                    if client_tx.write_all(&response.bytes).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+            },
+        }
+    }
+    // The rest of the client's bytes that arrived with the handshake.
+    if forwarded < request.bytes.len()
+        && server_tx
+            .write_all(&request.bytes[forwarded..])
+            .await
+            .is_err()
+    {
+        return;
+    }
+    tokio::select! {
+        _ = tokio::io::copy(&mut client_rx, &mut server_tx) => {}
+        _ = tokio::io::copy(&mut server_rx, &mut client_tx) => {}
+    }
+}
+
+fn report_unanswered(
+    host: &str,
+    sent: Option<(BootTime, i64)>,
+    events: &mpsc::UnboundedSender<RelayEvent>,
+) {
+    if let Some((sent, session_id)) = sent
+        && session_id != 0
+    {
+        let _ = events.send(RelayEvent::Unanswered {
+            server: host.to_owned(),
+            session_id,
+            sent,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as i32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn handshake_frames_parse() {
+        // ConnectRequest: version 0, last zxid 7, timeout 60000, session 0x1234, 16-byte
+        // password, read-only false.
+        let mut req = Vec::new();
+        req.extend_from_slice(&0i32.to_be_bytes());
+        req.extend_from_slice(&7i64.to_be_bytes());
+        req.extend_from_slice(&60_000i32.to_be_bytes());
+        req.extend_from_slice(&0x1234i64.to_be_bytes());
+        req.extend_from_slice(&16i32.to_be_bytes());
+        req.extend_from_slice(&[0u8; 16]);
+        req.push(0);
+        assert_eq!(parse_connect_request(&req), Some(0x1234));
+        // ConnectResponse: version 0, timeout 4000, session 0x1234, password, read-only.
+        let mut resp = Vec::new();
+        resp.extend_from_slice(&0i32.to_be_bytes());
+        resp.extend_from_slice(&4_000i32.to_be_bytes());
+        resp.extend_from_slice(&0x1234i64.to_be_bytes());
+        resp.extend_from_slice(&16i32.to_be_bytes());
+        resp.extend_from_slice(&[0u8; 16]);
+        resp.push(0);
+        assert_eq!(
+            parse_connect_response(&resp),
+            Some((Duration::from_millis(4_000), 0x1234))
+        );
+        assert_eq!(parse_connect_response(&resp[..10]), None);
+        assert_eq!(parse_connect_request(&req[..20]), None);
+    }
+
+    #[test]
+    fn a_first_frame_is_complete_only_with_all_its_bytes_and_a_four_letter_word_is_not_one() {
+        let mut first = FirstFrame::default();
+        first.bytes.extend_from_slice(&frame(b"abcdef")[..7]);
+        assert_eq!(first.body(), Ok(None));
+        first.bytes.extend_from_slice(b"def");
+        assert_eq!(first.body(), Ok(Some(&b"abcdef"[..])));
+        let ruok = FirstFrame {
+            bytes: b"ruok".to_vec(),
+        };
+        assert_eq!(ruok.body(), Err(()));
+        let negative = FirstFrame {
+            bytes: (-1i32).to_be_bytes().to_vec(),
+        };
+        assert_eq!(negative.body(), Err(()));
+    }
+
+    #[tokio::test]
+    async fn the_relay_reports_the_negotiation_before_the_client_reads_it_and_then_copies_bytes() {
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server_addr = server.local_addr().unwrap().to_string();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let relay = Relay::start(&server_addr, Clock::system(), tx)
+            .await
+            .unwrap();
+        let serve = tokio::spawn(async move {
+            let (mut s, _) = server.accept().await.unwrap();
+            let mut req = vec![0u8; 4 + 45];
+            s.read_exact(&mut req).await.unwrap();
+            let mut resp = Vec::new();
+            resp.extend_from_slice(&0i32.to_be_bytes());
+            resp.extend_from_slice(&4_000i32.to_be_bytes());
+            resp.extend_from_slice(&0x99i64.to_be_bytes());
+            resp.extend_from_slice(&16i32.to_be_bytes());
+            resp.extend_from_slice(&[0u8; 16]);
+            resp.push(0);
+            s.write_all(&frame(&resp)).await.unwrap();
+            let mut ping = [0u8; 4];
+            s.read_exact(&mut ping).await.unwrap();
+            s.write_all(b"pong").await.unwrap();
+        });
+        let mut c = TcpStream::connect(&relay.local).await.unwrap();
+        let mut req = Vec::new();
+        req.extend_from_slice(&0i32.to_be_bytes());
+        req.extend_from_slice(&0i64.to_be_bytes());
+        req.extend_from_slice(&60_000i32.to_be_bytes());
+        req.extend_from_slice(&0x99i64.to_be_bytes());
+        req.extend_from_slice(&16i32.to_be_bytes());
+        req.extend_from_slice(&[0u8; 16]);
+        req.push(0);
+        c.write_all(&frame(&req)).await.unwrap();
+        let mut resp = vec![0u8; 4 + 37];
+        c.read_exact(&mut resp).await.unwrap();
+        match rx.try_recv() {
+            Ok(RelayEvent::Negotiated {
+                requested_session,
+                answered_session,
+                timeout,
+                ..
+            }) => {
+                assert_eq!((requested_session, answered_session), (0x99, 0x99));
+                assert_eq!(timeout, Duration::from_millis(4_000));
+            }
+            other => panic!("no negotiation reported before the response: {other:?}"),
+        }
+        c.write_all(b"ping").await.unwrap();
+        let mut pong = [0u8; 4];
+        c.read_exact(&mut pong).await.unwrap();
+        assert_eq!(&pong, b"pong");
+        serve.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_request_the_server_never_answers_is_reported_unanswered() {
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server_addr = server.local_addr().unwrap().to_string();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let relay = Relay::start(&server_addr, Clock::system(), tx)
+            .await
+            .unwrap();
+        let serve = tokio::spawn(async move {
+            let (mut s, _) = server.accept().await.unwrap();
+            let mut req = vec![0u8; 4 + 45];
+            s.read_exact(&mut req).await.unwrap();
+            // Close without answering.
+        });
+        let mut c = TcpStream::connect(&relay.local).await.unwrap();
+        let mut req = Vec::new();
+        req.extend_from_slice(&0i32.to_be_bytes());
+        req.extend_from_slice(&0i64.to_be_bytes());
+        req.extend_from_slice(&60_000i32.to_be_bytes());
+        req.extend_from_slice(&0x42i64.to_be_bytes());
+        req.extend_from_slice(&16i32.to_be_bytes());
+        req.extend_from_slice(&[0u8; 16]);
+        req.push(0);
+        c.write_all(&frame(&req)).await.unwrap();
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest).await;
+        serve.await.unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                event,
+                Some(RelayEvent::Unanswered {
+                    session_id: 0x42,
+                    ..
+                })
+            ),
+            "{event:?}"
+        );
+    }
+}

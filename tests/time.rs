@@ -1,0 +1,412 @@
+//! Time as it really is: a host that suspends, a timeout a reconnect renegotiates, a grace that
+//! must end inside the lease, and a lease that lapses while the ensemble re-elects its leader.
+//!
+//! Each test names the fault it covers:
+//! - a host suspend (boot time jumps, the monotonic clock does not): through a
+//!   [`TestClock`] under the session, the one fault no process can cause to itself;
+//! - a quorum leader that dies silently (paused longer than `syncLimit x tickTime`), with the
+//!   contenders on its followers;
+//! - a client link blackholed while the term's work ignores its cancellation;
+//! - a reconnect to a server whose `maxSessionTimeout` is lower than the session's timeout.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Recording, StateRecorder, eventually, ms, own_server, session, within, zookeeper};
+use zookeeper_recipes::clock::{BootTime, TestClock};
+use zookeeper_recipes::testing::history::{History, Term};
+use zookeeper_recipes::testing::{FaultProxy, TestingCluster, unique_path};
+use zookeeper_recipes::{
+    ConnectionState, ErrorPolicy, LatchEvent, LeaderLatch, LeaderSelector, Leadership, Session,
+    TermEnd,
+};
+
+const BOUND: Duration = Duration::from_secs(30);
+const TICK: Duration = Duration::from_millis(200);
+
+/// A host suspend, through the clock seam: the session of a leader reads a [`TestClock`], and
+/// the test moves its boot time ten minutes ahead while the monotonic clock (and every tokio
+/// timer) does not move. The term must be invalid at once, before any task runs, and end
+/// promptly; and since the servers never saw a gap (only the clock moved), the lease is proven
+/// again by the next heartbeats and the latch leads again on its node with its token. A
+/// selector's closure on the same session sees its term cancelled too.
+#[tokio::test]
+async fn a_suspended_host_sees_its_term_over_at_once_on_resume() {
+    if !zookeeper() {
+        return;
+    }
+    let server = common::shared_server().await;
+    let clock = TestClock::new();
+    let s = Session::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(60))
+        .server_tick_time(TICK)
+        .clock(clock.clock())
+        .connect()
+        .await
+        .unwrap();
+    let path = unique_path("suspend");
+    let latch = LeaderLatch::builder(&s, format!("{path}/latch"))
+        .id("a")
+        .error_policy(ErrorPolicy::SessionExpired)
+        .start()
+        .await
+        .unwrap();
+    let term = within(BOUND, "the latch to lead", latch.await_leadership())
+        .await
+        .unwrap();
+    let (selector_tx, mut selector_rx) = tokio::sync::mpsc::unbounded_channel::<Leadership>();
+    let selector = LeaderSelector::builder(&s, format!("{path}/selector"))
+        .id("a")
+        .start(move |term: Leadership| {
+            let tx = selector_tx.clone();
+            async move {
+                let _ = tx.send(term.clone());
+                term.cancelled().await;
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .await
+        .unwrap();
+    let selector_term = within(BOUND, "the selector to lead", selector_rx.recv())
+        .await
+        .unwrap();
+    assert!(term.is_valid() && selector_term.is_valid());
+    let left_before = term.remaining();
+
+    clock.suspend(Duration::from_secs(600));
+    // No task has run yet: the check itself reads boot time.
+    assert!(
+        !term.is_valid(),
+        "a term whose time passed in a suspend is over at once"
+    );
+    assert!(!selector_term.is_valid());
+    let resumed = Instant::now();
+    within(BOUND, "the latch's term to end", term.ended()).await;
+    within(BOUND, "the selector's term to end", selector_term.ended()).await;
+    let ended_after = resumed.elapsed();
+    eprintln!(
+        "suspend of 600 s with {} ms of lease left: invalid at once, ended {} ms after the resume ({:?})",
+        ms(left_before),
+        ms(ended_after),
+        term.end_reason()
+    );
+    assert_eq!(term.end_reason(), Some(TermEnd::DeadlinePassed));
+    assert!(
+        ended_after < Duration::from_secs(2),
+        "the term ended {} ms after the resume",
+        ms(ended_after)
+    );
+    // The servers saw no gap: the same session, proven again, leads again on the same node.
+    let again = within(BOUND, "the latch to lead again", latch.await_leadership())
+        .await
+        .unwrap();
+    assert_eq!(again.path(), term.path());
+    assert_eq!(again.token(), term.token());
+    assert_eq!(again.session_id(), term.session_id());
+    selector.close().await.unwrap();
+    latch.close().await.unwrap();
+    s.close().await.unwrap();
+}
+
+/// What a closure that ignores its cancellation did: when it last ran, every 5 ms.
+#[derive(Default)]
+struct Stubborn {
+    started: Option<BootTime>,
+    last_alive: Option<BootTime>,
+}
+
+/// The grace runs inside the lease. Leader A's link is blackholed; its closure ignores its
+/// cancellation (it never returns by itself). B waits on another session. Whatever the grace
+/// asked for (the default, clamped to what the 2 s timeout leaves), A's closure must have
+/// stopped running before B's closure starts: the abort comes by the lease's deadline at the
+/// latest, which is before the quorum can expire A's session. Both error policies. Faults: a
+/// client link blackholed; work that ignores its stop signal.
+#[tokio::test]
+async fn a_closure_that_ignores_its_cancellation_stops_before_the_successor_starts() {
+    if !zookeeper() {
+        return;
+    }
+    let server = own_server().await;
+    for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
+        let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+            .await
+            .unwrap();
+        let timeout = Duration::from_secs(2);
+        let sa = Session::builder(proxy.connect_string())
+            .session_timeout(timeout)
+            .server_tick_time(TICK)
+            .connect()
+            .await
+            .unwrap();
+        let sb = session(server.connect_string(), Duration::from_secs(10)).await;
+        let path = unique_path("stubborn");
+        let a_book = Arc::new(Mutex::new(Stubborn::default()));
+        let book = Arc::clone(&a_book);
+        let a = LeaderSelector::builder(&sa, &path)
+            .id("a")
+            .error_policy(policy)
+            .start(move |term: Leadership| {
+                let book = Arc::clone(&book);
+                async move {
+                    book.lock().unwrap().started = Some(term.clock().now());
+                    loop {
+                        book.lock().unwrap().last_alive = Some(term.clock().now());
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    #[allow(unreachable_code)]
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+            .unwrap();
+        eventually(BOUND, "A's closure to run", || async {
+            a_book.lock().unwrap().started.map(|_| ())
+        })
+        .await;
+        let b_started = Arc::new(Mutex::new(None::<BootTime>));
+        let b_book = Arc::clone(&b_started);
+        let b = LeaderSelector::builder(&sb, &path)
+            .id("b")
+            .start(move |term: Leadership| {
+                let b_book = Arc::clone(&b_book);
+                async move {
+                    b_book.lock().unwrap().get_or_insert(term.clock().now());
+                    term.cancelled().await;
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+            .unwrap();
+        let holed = BootTime::now();
+        proxy.blackhole();
+        let b_at = eventually(BOUND, "B to start its closure", || async {
+            *b_started.lock().unwrap()
+        })
+        .await;
+        let a_last = a_book.lock().unwrap().last_alive.unwrap();
+        eprintln!(
+            "{policy:?}: A's closure last ran {} ms after the blackhole, B's started {} ms after it: {}",
+            ms(a_last - holed),
+            ms(b_at - holed),
+            if a_last < b_at {
+                format!("{} ms apart", ms(b_at - a_last))
+            } else {
+                format!("OVERLAP of {} ms", ms(a_last - b_at))
+            }
+        );
+        assert!(
+            a_last < b_at,
+            "{policy:?}: A's closure ran {} ms after B's started",
+            ms(a_last - b_at)
+        );
+        proxy.heal();
+        b.close().await.unwrap();
+        a.close().await.unwrap();
+    }
+}
+
+/// A grace that cannot fit in the lease of the session timeout is refused at build, with the
+/// limit in the error; the default grace is lowered to the limit instead.
+#[tokio::test]
+async fn a_grace_longer_than_the_lease_allows_is_refused_at_build() {
+    if !zookeeper() {
+        return;
+    }
+    let server = common::shared_server().await;
+    let s = Session::builder(server.connect_string())
+        .session_timeout(Duration::from_secs(10))
+        .server_tick_time(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let refused = LeaderSelector::builder(&s, unique_path("grace"))
+        .grace(Duration::from_secs(5))
+        .start(|_term: Leadership| async { Ok::<(), std::io::Error>(()) })
+        .await;
+    match refused {
+        Err(zookeeper_recipes::Error::GraceTooLong { grace, limit, .. }) => {
+            assert_eq!(grace, Duration::from_secs(5));
+            assert_eq!(limit, Duration::from_millis(2750));
+        }
+        other => panic!("a 5 s grace on a 10 s session was not refused: {other:?}"),
+    }
+    let fits = LeaderSelector::builder(&s, unique_path("grace"))
+        .grace(Duration::from_millis(2750))
+        .start(|_term: Leadership| async { Ok::<(), std::io::Error>(()) })
+        .await
+        .unwrap();
+    fits.close().await.unwrap();
+}
+
+/// One contender of the silent-leader test: its latch, its session, and its events.
+struct Contender {
+    session: Session,
+    latch: LeaderLatch,
+    events: Recording<LatchEvent>,
+    states: StateRecorder,
+}
+
+async fn contender(connect: &str, path: &str, id: &str, policy: ErrorPolicy) -> Contender {
+    let session = Session::builder(connect)
+        .session_timeout(Duration::from_secs(4))
+        .server_tick_time(TICK)
+        .connection_timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    let states = StateRecorder::start(&session);
+    let latch = LeaderLatch::builder(&session, path)
+        .id(id)
+        .error_policy(policy)
+        .start()
+        .await
+        .unwrap();
+    let events = Recording::of(latch.events());
+    Contender {
+        session,
+        latch,
+        events,
+        states,
+    }
+}
+
+/// The terms a contender's events recorded, with their own start and end instants.
+fn terms_of(c: &Contender, election: &str) -> Vec<Term> {
+    let mut out: Vec<Term> = Vec::new();
+    for event in c.events.items() {
+        if let LatchEvent::Leader(term) = event {
+            out.push(Term {
+                election: election.to_owned(),
+                holder: term.participant_id().to_owned(),
+                token: term.token(),
+                start: term.started_at(),
+                end: term.ended_at(),
+            });
+        }
+    }
+    out
+}
+
+/// A lapsed lease ends terms, not sessions. Three servers, tick 200 ms, `syncLimit` 30 (6 s);
+/// A leads and B waits, each on a follower, with a 4 s timeout and the tick given. The quorum
+/// leader is paused for 7 s (a host that died silently): the followers keep their clients for
+/// 6 s while every `sync` hangs, then elect a new leader. A's term must end during the pause
+/// (its lease lapses), A's session must never change and never be `Lost`, A must lead again on
+/// its node (same token) once the ensemble is back, B must never lead, and the history of terms
+/// must show no overlap. Both error policies. Fault: the quorum leader frozen longer than
+/// `syncLimit x tickTime`.
+#[tokio::test]
+async fn a_silent_quorum_leader_ends_terms_but_keeps_sessions_and_the_leader() {
+    if !zookeeper() {
+        return;
+    }
+    let cluster = TestingCluster::builder()
+        .servers(3)
+        .tick_time(TICK)
+        .sync_limit(30)
+        .start()
+        .await
+        .unwrap();
+    for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
+        let leader = cluster.wait_for_leader(BOUND).await.unwrap();
+        let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+        let path = unique_path("silent");
+        let mut a = contender(
+            cluster.server_connect_string(followers[0]).unwrap(),
+            &path,
+            "a",
+            policy,
+        )
+        .await;
+        let first = within(BOUND, "A to lead", a.latch.await_leadership())
+            .await
+            .unwrap();
+        let mut b = contender(
+            cluster.server_connect_string(followers[1]).unwrap(),
+            &path,
+            "b",
+            policy,
+        )
+        .await;
+        b.latch.wait_joined(BOUND).await.unwrap();
+        let a_id = a.session.session_id().unwrap();
+        let b_id = b.session.session_id().unwrap();
+
+        let paused = Instant::now();
+        cluster.pause_server(leader).unwrap();
+        within(BOUND, "A's term to end during the pause", first.ended()).await;
+        let a_ended = paused.elapsed();
+        tokio::time::sleep(Duration::from_secs(7).saturating_sub(paused.elapsed())).await;
+        cluster.resume_server(leader).unwrap();
+        let resumed = paused.elapsed();
+
+        let again = within(
+            Duration::from_secs(60),
+            "A to lead again",
+            a.latch.await_leadership(),
+        )
+        .await
+        .unwrap();
+        let back = paused.elapsed();
+        let a_states = a.states.drain();
+        let b_states = b.states.drain();
+        eprintln!(
+            "{policy:?}: A's term ended {} ms into the pause ({:?}); resumed at {} ms; A led again at {} ms on the same node: {}, token {} -> {}; A's session {:#x} -> {:#x?}, B's {:#x} -> {:#x?}; A's states {a_states:?}",
+            ms(a_ended),
+            first.end_reason(),
+            ms(resumed),
+            ms(back),
+            again.path() == first.path(),
+            first.token(),
+            again.token(),
+            a_id,
+            a.session.session_id(),
+            b_id,
+            b.session.session_id(),
+        );
+        assert!(
+            a_ended < Duration::from_secs(7),
+            "A's term must end during the pause"
+        );
+        assert!(
+            !a_states.contains(&Some(ConnectionState::Lost)),
+            "{policy:?}: A's session was lost: {a_states:?}"
+        );
+        assert!(
+            !b_states.contains(&Some(ConnectionState::Lost)),
+            "{policy:?}: B's session was lost: {b_states:?}"
+        );
+        assert_eq!(
+            a.session.session_id(),
+            Some(a_id),
+            "A's session was replaced"
+        );
+        assert_eq!(
+            b.session.session_id(),
+            Some(b_id),
+            "B's session was replaced"
+        );
+        assert_eq!(again.path(), first.path(), "A did not lead on its node");
+        assert_eq!(again.token(), first.token());
+        assert!(
+            !b.events
+                .items()
+                .iter()
+                .any(|e| matches!(e, LatchEvent::Leader(_))),
+            "{policy:?}: B led"
+        );
+        let mut history = History::default();
+        history.terms.extend(terms_of(&a, &path));
+        history.terms.extend(terms_of(&b, &path));
+        let violations = history.check();
+        assert!(violations.is_empty(), "{policy:?}: {violations:?}");
+        b.latch.close().await.unwrap();
+        a.latch.close().await.unwrap();
+        a.session.close().await.unwrap();
+        b.session.close().await.unwrap();
+    }
+}
