@@ -290,6 +290,53 @@ async fn cluster_elects_a_new_leader_when_the_leader_is_killed() {
     ));
 }
 
+// ---- Session-timeout limits per server ---------------------------------------------------
+
+#[tokio::test]
+async fn per_server_session_limits_are_validated_before_any_server_starts() {
+    // Validation comes before the backend is chosen, so this needs no ZooKeeper.
+    let s = Duration::from_secs;
+    let start = |builder: testing::TestingClusterBuilder| async move {
+        tokio::time::timeout(s(10), builder.start())
+            .await
+            .expect("a rejected start returned within 10 s")
+    };
+    assert!(matches!(
+        start(TestingCluster::builder().server_session_timeouts(3, s(1), s(4))).await,
+        Err(HarnessError::NoSuchServer { index: 3, len: 3 })
+    ));
+    assert!(matches!(
+        start(
+            TestingCluster::builder()
+                .servers(1)
+                .server_session_timeouts(1, s(1), s(4))
+        )
+        .await,
+        Err(HarnessError::NoSuchServer { index: 1, len: 1 })
+    ));
+    assert!(matches!(
+        start(TestingCluster::builder().server_session_timeouts(0, s(5), s(4))).await,
+        Err(HarnessError::InvalidArgument {
+            what: "session timeouts",
+            ..
+        })
+    ));
+    assert!(matches!(
+        start(TestingCluster::builder().server_session_timeouts(2, Duration::ZERO, s(4))).await,
+        Err(HarnessError::InvalidArgument {
+            what: "min session timeout",
+            ..
+        })
+    ));
+    assert!(matches!(
+        start(TestingCluster::builder().server_session_timeouts(2, s(1), Duration::ZERO)).await,
+        Err(HarnessError::InvalidArgument {
+            what: "max session timeout",
+            ..
+        })
+    ));
+}
+
 #[tokio::test]
 async fn proxy_cut_disconnects_and_heal_reconnects() {
     if !zookeeper() {

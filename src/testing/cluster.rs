@@ -1,15 +1,16 @@
 //! [`TestingCluster`]: a real ZooKeeper ensemble, one child process (or container) per server.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::future::{join_all, try_join_all};
 use nix::sys::signal::Signal;
 
-use super::config::{ServerMode, Settings};
-use super::process::{self, FLW_TIMEOUT, NodeFiles, ServerNode};
+use super::config::{ServerMode, SessionLimits, Settings};
+use super::process::{self, FLW_TIMEOUT, NodeFiles, ServerNode, lock};
 use super::proxy::FaultProxy;
 use super::{Backend, HarnessError, Installation, Result};
 
@@ -37,6 +38,8 @@ pub struct TestingClusterBuilder {
     sync_limit: u32,
     init_limit: u32,
     read_only_mode: bool,
+    /// Servers whose session-timeout limits are their own: index -> (min, max).
+    server_session_timeouts: BTreeMap<usize, (Duration, Duration)>,
 }
 
 impl Default for TestingClusterBuilder {
@@ -46,6 +49,7 @@ impl Default for TestingClusterBuilder {
             sync_limit: DEFAULT_SYNC_LIMIT,
             init_limit: DEFAULT_INIT_LIMIT,
             read_only_mode: false,
+            server_session_timeouts: BTreeMap::new(),
             settings: Settings {
                 start_timeout: START_TIMEOUT,
                 ..Settings::default()
@@ -82,7 +86,8 @@ impl TestingClusterBuilder {
         self
     }
 
-    /// `minSessionTimeout` (default 400 ms).
+    /// `minSessionTimeout` of every server (default 400 ms), unless
+    /// [`server_session_timeouts`](Self::server_session_timeouts) gives one its own.
     pub fn min_session_timeout(mut self, timeout: Duration) -> Self {
         self.settings.min_session_timeout = timeout;
         self
@@ -97,10 +102,67 @@ impl TestingClusterBuilder {
         self
     }
 
-    /// `maxSessionTimeout` (default 60 s).
+    /// `maxSessionTimeout` of every server (default 60 s), unless
+    /// [`server_session_timeouts`](Self::server_session_timeouts) gives one its own.
     pub fn max_session_timeout(mut self, timeout: Duration) -> Self {
         self.settings.max_session_timeout = timeout;
         self
+    }
+
+    /// Gives server `index` (from 0) its own `minSessionTimeout` and `maxSessionTimeout`, in
+    /// place of the cluster-wide [`min_session_timeout`](Self::min_session_timeout) and
+    /// [`max_session_timeout`](Self::max_session_timeout); a second call for the same index
+    /// replaces the first.
+    ///
+    /// A server raises a shorter requested session timeout to its min and lowers a longer one
+    /// to its max, and does so at every connect: a session that moves to a server with other
+    /// limits is held to that server's. ZooKeeper takes whole milliseconds (sub-millisecond
+    /// parts are dropped).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use zookeeper_recipes::testing::TestingCluster;
+    ///
+    /// // Server 1 holds every session to at most 4 s; servers 0 and 2 allow 60 s.
+    /// let cluster = TestingCluster::builder()
+    ///     .max_session_timeout(Duration::from_secs(60))
+    ///     .server_session_timeouts(1, Duration::from_millis(400), Duration::from_secs(4))
+    ///     .start()
+    ///     .await?;
+    /// assert_eq!(
+    ///     cluster.session_timeouts(1)?,
+    ///     (Duration::from_millis(400), Duration::from_secs(4))
+    /// );
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None here; [`start`](Self::start) fails with [`HarnessError::NoSuchServer`] when `index`
+    /// is not below [`servers`](Self::servers), and with [`HarnessError::InvalidArgument`] when
+    /// a limit is zero (or above `i32::MAX` ms) or `min` is above `max`.
+    pub fn server_session_timeouts(mut self, index: usize, min: Duration, max: Duration) -> Self {
+        self.server_session_timeouts.insert(index, (min, max));
+        self
+    }
+
+    /// Each server's session-timeout limits: its own if it has them, else the cluster-wide
+    /// ones.
+    fn session_limits(&self) -> Result<Vec<SessionLimits>> {
+        let common = self.settings.session_limits()?;
+        let mut limits = vec![common; self.servers];
+        for (&index, &(min, max)) in &self.server_session_timeouts {
+            let slot = limits.get_mut(index).ok_or(HarnessError::NoSuchServer {
+                index,
+                len: self.servers,
+            })?;
+            *slot = SessionLimits::new(min, max)?;
+        }
+        Ok(limits)
     }
 
     /// How long to wait for the ensemble to elect a leader (default 60 s); also the bound of
@@ -119,9 +181,11 @@ impl TestingClusterBuilder {
     /// # Errors
     ///
     /// [`HarnessError::InvalidArgument`] for zero servers or bad settings;
-    /// [`HarnessError::JavaNotFound`] and [`HarnessError::ZooKeeperNotFound`] when not
-    /// installed; [`HarnessError::StartTimeout`] or [`HarnessError::ServerExited`] (after a few
-    /// fresh port sets) with that server's log tail.
+    /// [`HarnessError::NoSuchServer`] for
+    /// [`server_session_timeouts`](Self::server_session_timeouts) of a server beyond
+    /// [`servers`](Self::servers); [`HarnessError::JavaNotFound`] and
+    /// [`HarnessError::ZooKeeperNotFound`] when not installed; [`HarnessError::StartTimeout`] or
+    /// [`HarnessError::ServerExited`] (after a few fresh port sets) with that server's log tail.
     ///
     /// # Cancel safety
     ///
@@ -134,6 +198,7 @@ impl TestingClusterBuilder {
             });
         }
         self.settings.validate()?;
+        let session_limits = self.session_limits()?;
         for (what, ticks) in [
             ("sync limit", self.sync_limit),
             ("init limit", self.init_limit),
@@ -146,7 +211,7 @@ impl TestingClusterBuilder {
             }
         }
         if super::backend()? == Backend::Docker {
-            return self.start_docker().await;
+            return self.start_docker(session_limits).await;
         }
         let install = Installation::discover()?;
         let dir = tempfile::Builder::new()
@@ -157,7 +222,7 @@ impl TestingClusterBuilder {
             ))?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
-            let (nodes, links) = self.prepare(&install, dir.path()).await?;
+            let (nodes, links) = self.prepare(&install, dir.path(), &session_limits).await?;
             for node in &nodes {
                 node.spawn()?;
             }
@@ -185,6 +250,7 @@ impl TestingClusterBuilder {
                         addresses,
                         tick_time: self.settings.tick_time,
                         start_timeout: self.settings.start_timeout,
+                        session_limits: Mutex::new(session_limits),
                     });
                 }
                 Err(e) => {
@@ -207,10 +273,11 @@ impl TestingClusterBuilder {
     /// The docker backend: one container per server on a private network (see
     /// [`super::docker`]).
     #[cfg(feature = "docker")]
-    async fn start_docker(self) -> Result<TestingCluster> {
+    async fn start_docker(self, session_limits: Vec<SessionLimits>) -> Result<TestingCluster> {
         let cluster = super::docker::DockerCluster::start(super::docker::ClusterSpec {
             servers: self.servers,
             settings: &self.settings,
+            session_limits: &session_limits,
             init_limit: self.init_limit,
             sync_limit: self.sync_limit,
             read_only_mode: self.read_only_mode,
@@ -227,16 +294,17 @@ impl TestingClusterBuilder {
             addresses,
             tick_time: self.settings.tick_time,
             start_timeout: self.settings.start_timeout,
+            session_limits: Mutex::new(session_limits),
         })
     }
 
     #[cfg(not(feature = "docker"))]
-    async fn start_docker(self) -> Result<TestingCluster> {
+    async fn start_docker(self, _session_limits: Vec<SessionLimits>) -> Result<TestingCluster> {
         Err(HarnessError::DockerFeatureMissing)
     }
 
     /// Fresh ports, the proxies of every directed link, fresh data dirs with `myid`, and a
-    /// `zoo.cfg` per server.
+    /// `zoo.cfg` per server (with that server's `session_limits`).
     ///
     /// Server i's `zoo.cfg` names its own quorum and election ports on its own `server.i`
     /// line (it binds them), and on the line of every other server j the listen addresses of
@@ -246,6 +314,7 @@ impl TestingClusterBuilder {
         &self,
         install: &Installation,
         root: &Path,
+        session_limits: &[SessionLimits],
     ) -> Result<(Vec<ServerNode>, Vec<PeerLink>)> {
         let n = self.servers;
         let ports = process::free_ports(3 * n)?;
@@ -327,6 +396,9 @@ impl TestingClusterBuilder {
                     (listen(0), listen(1))
                 };
                 let _ = writeln!(text, "server.{}=127.0.0.1:{q}:{e}", j + 1);
+            }
+            if let Some(limits) = session_limits.get(i) {
+                text = limits.apply_to(&text);
             }
             let config = node_dir.join("zoo.cfg");
             std::fs::write(&config, text).map_err(HarnessError::io("writing zoo.cfg"))?;
@@ -447,6 +519,12 @@ async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
 /// runtime, and do not keep it in a `static` shared between tests' runtimes (when its runtime
 /// shuts down, the servers lose each other).
 ///
+/// # Session-timeout limits per server
+///
+/// Each server has its own `minSessionTimeout` and `maxSessionTimeout`: the cluster-wide ones
+/// unless [`TestingClusterBuilder::server_session_timeouts`] gives it others, so that a test
+/// can move a session to a server that renegotiates its timeout.
+///
 /// # Examples
 ///
 /// ```no_run
@@ -479,6 +557,8 @@ pub struct TestingCluster {
     tick_time: Duration,
     connect_string: String,
     start_timeout: Duration,
+    /// Each server's session-timeout limits.
+    session_limits: Mutex<Vec<SessionLimits>>,
 }
 
 /// The servers of a cluster, by backend.
@@ -831,6 +911,23 @@ impl TestingCluster {
             #[cfg(feature = "docker")]
             Servers::Docker(d) => d.restart(index, self.start_timeout, is_member).await,
         }
+    }
+
+    /// Server `index`'s `minSessionTimeout` and `maxSessionTimeout` as its configuration has
+    /// them now.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoSuchServer`] for an index out of range.
+    pub fn session_timeouts(&self, index: usize) -> Result<(Duration, Duration)> {
+        self.check(index)?;
+        lock(&self.session_limits)
+            .get(index)
+            .map(|l| l.durations())
+            .ok_or(HarnessError::NoSuchServer {
+                index,
+                len: self.len(),
+            })
     }
 
     /// Freezes server `index` with `SIGSTOP` (`docker pause` on the docker backend). Returns

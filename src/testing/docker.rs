@@ -39,7 +39,7 @@ use testcontainers::core::IntoContainerPort;
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 
-use super::config::{ServerMode, Settings};
+use super::config::{ServerMode, SessionLimits, Settings};
 use super::process::{self, lock};
 use super::{HarnessError, Result};
 
@@ -409,14 +409,14 @@ impl Node {
 }
 
 /// Env entries every harness server has: the process backend's `zoo.cfg`, in the official
-/// image's variables.
-fn common_env(settings: &Settings, extra_cfg: &[String]) -> Result<Vec<(&'static str, String)>> {
+/// image's variables, with this server's session-timeout limits.
+fn common_env(
+    settings: &Settings,
+    session_limits: SessionLimits,
+    extra_cfg: &[String],
+) -> Result<Vec<(&'static str, String)>> {
     let tick = settings.tick_ms()?;
-    let (min, max) = settings.session_ms()?;
-    let mut cfg = vec![
-        format!("minSessionTimeout={min}"),
-        format!("maxSessionTimeout={max}"),
-    ];
+    let mut cfg = vec![session_limits.min_line(), session_limits.max_line()];
     cfg.extend(extra_cfg.iter().cloned());
     Ok(vec![
         ("ZOO_TICK_TIME", tick.to_string()),
@@ -439,7 +439,7 @@ impl DockerServer {
     pub(crate) async fn start(settings: &Settings) -> Result<DockerServer> {
         let name = fresh_name();
         let reaper = Reaper::spawn(None, std::slice::from_ref(&name))?;
-        let mut env = common_env(settings, &[])?;
+        let mut env = common_env(settings, settings.session_limits()?, &[])?;
         env.push(("JVMFLAGS", JVMFLAGS.to_owned()));
         let node = Node::start(NodeSpec {
             name,
@@ -499,6 +499,8 @@ impl DockerServer {
 pub(crate) struct ClusterSpec<'a> {
     pub(crate) servers: usize,
     pub(crate) settings: &'a Settings,
+    /// Each server's session-timeout limits, by index.
+    pub(crate) session_limits: &'a [SessionLimits],
     pub(crate) init_limit: u32,
     pub(crate) sync_limit: u32,
     pub(crate) read_only_mode: bool,
@@ -534,24 +536,34 @@ impl DockerCluster {
             .join(" ");
         // Peers bind their quorum and election ports on every address: a server's own name
         // may not resolve yet when it starts.
-        let mut env = common_env(spec.settings, &["quorumListenOnAllIPs=true".to_owned()])?;
-        env.push(("ZOO_INIT_LIMIT", spec.init_limit.to_string()));
-        env.push(("ZOO_SYNC_LIMIT", spec.sync_limit.to_string()));
-        env.push(("ZOO_SERVERS", servers));
+        let extra_cfg = ["quorumListenOnAllIPs=true".to_owned()];
+        let common_limits = spec.settings.session_limits()?;
+        let node_env = |i: usize| -> Result<Vec<(&'static str, String)>> {
+            let limits = spec.session_limits.get(i).copied().unwrap_or(common_limits);
+            let mut env = common_env(spec.settings, limits, &extra_cfg)?;
+            env.push(("ZOO_MY_ID", (i + 1).to_string()));
+            Ok(env)
+        };
+        // What every server of the ensemble has beyond `node_env`.
+        let mut shared_env = vec![
+            ("ZOO_INIT_LIMIT", spec.init_limit.to_string()),
+            ("ZOO_SYNC_LIMIT", spec.sync_limit.to_string()),
+            ("ZOO_SERVERS", servers),
+        ];
         if n == 1 {
             // A one-server "ensemble" is a quorum of one (Mode: leader), as on the process backend.
-            env.push(("ZOO_STANDALONE_ENABLED", "false".to_owned()));
+            shared_env.push(("ZOO_STANDALONE_ENABLED", "false".to_owned()));
         }
         let mut jvm = JVMFLAGS.to_owned();
         if spec.read_only_mode {
             jvm.push_str(" -Dreadonlymode.enabled=true");
         }
-        env.push(("JVMFLAGS", jvm));
+        shared_env.push(("JVMFLAGS", jvm));
         // Created one after another (the first creates the network), started at once.
         let mut nodes = Vec::with_capacity(n);
         if let Some(first) = names.first() {
-            let mut env = env.clone();
-            env.push(("ZOO_MY_ID", "1".to_owned()));
+            let mut env = node_env(0)?;
+            env.extend(shared_env.iter().cloned());
             nodes.push(
                 Node::start(NodeSpec {
                     name: first.clone(),
@@ -561,16 +573,21 @@ impl DockerCluster {
                 .await?,
             );
         }
-        let rest = try_join_all(names.iter().enumerate().skip(1).map(|(i, name)| {
-            let mut env = env.clone();
-            env.push(("ZOO_MY_ID", (i + 1).to_string()));
-            Node::start(NodeSpec {
-                name: name.clone(),
-                network: Some(network.clone()),
-                env,
+        let specs = names
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, name)| {
+                let mut env = node_env(i)?;
+                env.extend(shared_env.iter().cloned());
+                Ok(NodeSpec {
+                    name: name.clone(),
+                    network: Some(network.clone()),
+                    env,
+                })
             })
-        }))
-        .await?;
+            .collect::<Result<Vec<_>>>()?;
+        let rest = try_join_all(specs.into_iter().map(Node::start)).await?;
         nodes.extend(rest);
         Ok(DockerCluster {
             nodes,
