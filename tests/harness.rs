@@ -292,6 +292,107 @@ async fn cluster_elects_a_new_leader_when_the_leader_is_killed() {
 
 // ---- Session-timeout limits per server ---------------------------------------------------
 
+const SESSION_MIN: Duration = Duration::from_millis(400);
+/// What the test's clients ask for, and the max of a server with wide limits.
+const WIDE_MAX: Duration = Duration::from_secs(60);
+/// The max of the server with narrow limits from the start.
+const NARROW_MAX: Duration = Duration::from_secs(4);
+/// Server 0's max after the rolling change.
+const LOWERED_MAX: Duration = Duration::from_secs(2);
+
+/// The session timeout that server `i` negotiates for a new client asking for 60 s (the
+/// client's value is the server's answer on the first connection of a session).
+async fn negotiated_on(cluster: &TestingCluster, i: usize) -> Duration {
+    let client = connect(cluster.server_connect_string(i).unwrap(), WIDE_MAX).await;
+    client.session_timeout()
+}
+
+#[tokio::test]
+async fn each_server_negotiates_within_its_own_limits_and_a_restart_applies_changed_ones() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = OWN_JVMS.lock().await;
+    let started = Instant::now();
+    let cluster = TestingCluster::builder()
+        .min_session_timeout(SESSION_MIN)
+        .max_session_timeout(WIDE_MAX)
+        .server_session_timeouts(1, SESSION_MIN, NARROW_MAX)
+        .start()
+        .await
+        .expect("ensemble did not start");
+    eprintln!(
+        "[harness] ensemble with per-server limits serving after {} ms",
+        started.elapsed().as_millis()
+    );
+    assert_eq!(
+        cluster.session_timeouts(0).unwrap(),
+        (SESSION_MIN, WIDE_MAX)
+    );
+    assert_eq!(
+        cluster.session_timeouts(1).unwrap(),
+        (SESSION_MIN, NARROW_MAX)
+    );
+    assert_eq!(
+        cluster.session_timeouts(2).unwrap(),
+        (SESSION_MIN, WIDE_MAX)
+    );
+    assert_eq!(negotiated_on(&cluster, 1).await, NARROW_MAX, "server 1");
+    assert_eq!(negotiated_on(&cluster, 0).await, WIDE_MAX, "server 0");
+
+    // The rolling change: the running server keeps its limits until it restarts.
+    cluster
+        .set_session_timeouts(0, SESSION_MIN, LOWERED_MAX)
+        .expect("set server 0's limits");
+    assert_eq!(
+        cluster.session_timeouts(0).unwrap(),
+        (SESSION_MIN, LOWERED_MAX)
+    );
+    assert_eq!(
+        negotiated_on(&cluster, 0).await,
+        WIDE_MAX,
+        "server 0 before its restart"
+    );
+    let restarted = Instant::now();
+    tokio::time::timeout(Duration::from_secs(90), cluster.restart_server(0))
+        .await
+        .expect("restart_server(0) did not return within 90 s")
+        .expect("server 0 did not rejoin with its new limits");
+    eprintln!(
+        "[harness] server 0 rejoined with its new limits after {} ms",
+        restarted.elapsed().as_millis()
+    );
+    assert_eq!(
+        negotiated_on(&cluster, 0).await,
+        LOWERED_MAX,
+        "server 0 after its restart"
+    );
+    assert_eq!(negotiated_on(&cluster, 1).await, NARROW_MAX, "server 1");
+    assert_eq!(negotiated_on(&cluster, 2).await, WIDE_MAX, "server 2");
+
+    // Bad changes are refused and change nothing.
+    assert!(matches!(
+        cluster.set_session_timeouts(3, SESSION_MIN, WIDE_MAX),
+        Err(HarnessError::NoSuchServer { index: 3, len: 3 })
+    ));
+    assert!(matches!(
+        cluster.set_session_timeouts(0, WIDE_MAX, SESSION_MIN),
+        Err(HarnessError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        cluster.set_session_timeouts(0, Duration::ZERO, WIDE_MAX),
+        Err(HarnessError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        cluster.session_timeouts(3),
+        Err(HarnessError::NoSuchServer { index: 3, len: 3 })
+    ));
+    assert_eq!(
+        cluster.session_timeouts(0).unwrap(),
+        (SESSION_MIN, LOWERED_MAX)
+    );
+}
+
 #[tokio::test]
 async fn per_server_session_limits_are_validated_before_any_server_starts() {
     // Validation comes before the backend is chosen, so this needs no ZooKeeper.

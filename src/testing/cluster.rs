@@ -117,7 +117,8 @@ impl TestingClusterBuilder {
     /// A server raises a shorter requested session timeout to its min and lowers a longer one
     /// to its max, and does so at every connect: a session that moves to a server with other
     /// limits is held to that server's. ZooKeeper takes whole milliseconds (sub-millisecond
-    /// parts are dropped).
+    /// parts are dropped). To change a running server's limits, see
+    /// [`TestingCluster::set_session_timeouts`].
     ///
     /// # Examples
     ///
@@ -522,8 +523,10 @@ async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
 /// # Session-timeout limits per server
 ///
 /// Each server has its own `minSessionTimeout` and `maxSessionTimeout`: the cluster-wide ones
-/// unless [`TestingClusterBuilder::server_session_timeouts`] gives it others, so that a test
-/// can move a session to a server that renegotiates its timeout.
+/// unless [`TestingClusterBuilder::server_session_timeouts`] gives it others, and
+/// [`set_session_timeouts`](Self::set_session_timeouts) changes them for the server's next
+/// [`restart_server`](Self::restart_server) (a rolling configuration change), so that a test can
+/// move a session to a server that renegotiates its timeout.
 ///
 /// # Examples
 ///
@@ -557,7 +560,8 @@ pub struct TestingCluster {
     tick_time: Duration,
     connect_string: String,
     start_timeout: Duration,
-    /// Each server's session-timeout limits.
+    /// Each server's session-timeout limits as its next (re)start applies them; held while a
+    /// server's configuration is rewritten, so that two changes do not interleave.
     session_limits: Mutex<Vec<SessionLimits>>,
 }
 
@@ -892,12 +896,15 @@ impl TestingCluster {
 
     /// Starts server `index` again with the same ports and data (stopping it first if it runs)
     /// and waits until it is a leader or follower. That needs a quorum: restarting one server
-    /// of a 3-server ensemble whose other two are down waits out the start timeout.
+    /// of a 3-server ensemble whose other two are down waits out the start timeout. The server
+    /// starts with the session-timeout limits of [`session_timeouts`](Self::session_timeouts)
+    /// (see [`set_session_timeouts`](Self::set_session_timeouts)).
     ///
     /// # Errors
     ///
     /// [`HarnessError::NoSuchServer`]; [`HarnessError::StartTimeout`] or
-    /// [`HarnessError::ServerExited`].
+    /// [`HarnessError::ServerExited`]; on the docker backend, [`HarnessError::Io`] when new
+    /// session-timeout limits cannot be written into the stopped container (it stays stopped).
     ///
     /// # Cancel safety
     ///
@@ -913,8 +920,82 @@ impl TestingCluster {
         }
     }
 
+    /// Sets server `index`'s `minSessionTimeout` and `maxSessionTimeout` for its next
+    /// [`restart_server`](Self::restart_server) and every start after it: a rolling
+    /// configuration change, one server at a time, as an operator does it. The running server
+    /// keeps its current limits until then, and so do the sessions it holds.
+    ///
+    /// A server raises a shorter requested session timeout to its min and lowers a longer one
+    /// to its max, at every connect: a session that reconnects to a restarted server with a
+    /// lower max gets the lower timeout. ZooKeeper takes whole milliseconds (sub-millisecond
+    /// parts are dropped); [`session_timeouts`](Self::session_timeouts) reads back what the
+    /// next start uses.
+    ///
+    /// The process backend rewrites the two lines of the server's own `zoo.cfg` now and keeps
+    /// every other line. The docker backend keeps the change and applies it at the container's
+    /// next restart, between its stop and its start: it copies the container's
+    /// `$ZOO_CONF_DIR/zoo.cfg` out (`docker cp`, which works on a stopped container too),
+    /// rewrites the two lines, and copies it back. The image's entrypoint writes `zoo.cfg` from
+    /// its environment only when there is none, so the restarted server reads the rewritten
+    /// file; a failed copy fails that restart (with the container stopped) instead of starting
+    /// the server with its old limits.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use zookeeper_recipes::testing::TestingCluster;
+    ///
+    /// let cluster = TestingCluster::builder()
+    ///     .max_session_timeout(Duration::from_secs(60))
+    ///     .start()
+    ///     .await?;
+    /// // Lower server 0's max to 2 s, then restart it with the new limits.
+    /// cluster.set_session_timeouts(0, Duration::from_millis(400), Duration::from_secs(2))?;
+    /// cluster.restart_server(0).await?;
+    /// let client = zookeeper_client::Client::connector()
+    ///     .with_session_timeout(Duration::from_secs(60))
+    ///     .connect(cluster.server_connect_string(0)?)
+    ///     .await?;
+    /// assert_eq!(client.session_timeout(), Duration::from_secs(2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::NoSuchServer`] for an index out of range;
+    /// [`HarnessError::InvalidArgument`] when a limit is zero (or above `i32::MAX` ms) or `min`
+    /// is above `max`; [`HarnessError::Io`] when the process backend cannot rewrite the
+    /// server's `zoo.cfg` (the limits in force are then unchanged).
+    pub fn set_session_timeouts(&self, index: usize, min: Duration, max: Duration) -> Result<()> {
+        self.check(index)?;
+        let limits = SessionLimits::new(min, max)?;
+        let mut all = lock(&self.session_limits);
+        match &self.servers {
+            Servers::Process { nodes, .. } => {
+                node(nodes, index)?.edit_config(|config| limits.apply_to(config))?;
+            }
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.set_session_limits(index, limits)?,
+        }
+        if let Some(slot) = all.get_mut(index) {
+            *slot = limits;
+        }
+        let (min, max) = limits.durations();
+        tracing::debug!(
+            server = index,
+            ?min,
+            ?max,
+            "session-timeout limits set for the next restart"
+        );
+        Ok(())
+    }
+
     /// Server `index`'s `minSessionTimeout` and `maxSessionTimeout` as its configuration has
-    /// them now.
+    /// them now: what its next (re)start applies, which is what the running server uses unless
+    /// [`set_session_timeouts`](Self::set_session_timeouts) changed them since it started.
     ///
     /// # Errors
     ///

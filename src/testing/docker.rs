@@ -18,6 +18,12 @@
 //!   (a restarted container has a new network namespace, perhaps a new address). This needs
 //!   root on the host; elsewhere the partition operations return
 //!   [`HarnessError::Unsupported`].
+//! - A server's configuration is written once, by the image's entrypoint at the container's
+//!   first start (it writes `$ZOO_CONF_DIR/zoo.cfg` from the environment only when there is
+//!   none), and a restarted container keeps it. Session-timeout limits changed with
+//!   `TestingCluster::set_session_timeouts` are therefore written into that file by the
+//!   server's next restart, between the container's stop and its start (`docker cp` out, the
+//!   two lines rewritten, `docker cp` in: `docker cp` works on a stopped container).
 //! - Nothing leaks: a sidecar `sh` per server or cluster blocks on a pipe that only this
 //!   process holds, and when it closes (the server is dropped, or this process dies however it
 //!   dies) it runs `docker rm -f -v` on the containers and removes the network.
@@ -225,6 +231,8 @@ struct Node {
     connect_string: String,
     running: AtomicBool,
     lifecycle: tokio::sync::Mutex<()>,
+    /// Session-timeout limits that the next restart writes into the container's `zoo.cfg`.
+    pending_session_limits: Mutex<Option<SessionLimits>>,
 }
 
 impl Node {
@@ -258,6 +266,7 @@ impl Node {
             connect_string,
             running: AtomicBool::new(true),
             lifecycle: tokio::sync::Mutex::new(()),
+            pending_session_limits: Mutex::new(None),
         })
     }
 
@@ -364,6 +373,15 @@ impl Node {
                     .await
                     .map_err(docker_error("stopping the container"))?;
             }
+            // Taken only once written: after a failed rewrite the next restart tries again.
+            let pending = *lock(&self.pending_session_limits);
+            if let Some(limits) = pending {
+                self.write_session_limits(limits).await?;
+                let mut slot = lock(&self.pending_session_limits);
+                if *slot == pending {
+                    *slot = None;
+                }
+            }
             self.container
                 .start()
                 .await
@@ -372,6 +390,61 @@ impl Node {
         }
         // The host port is a fixed mapping, so it is the same after the restart.
         self.wait_serving(timeout, accept).await
+    }
+
+    /// Rewrites the `minSessionTimeout` and `maxSessionTimeout` lines of the stopped
+    /// container's `zoo.cfg`, keeping every other line: `docker cp` out, edit, `docker cp` in
+    /// (both work on a stopped container, where `docker exec` does not). The entrypoint writes
+    /// `zoo.cfg` only when there is none, so the next start reads this file; it runs as root
+    /// and hands the configuration directory to the server's user, and the copy is
+    /// world-readable for images whose entrypoint does not.
+    async fn write_session_limits(&self, limits: SessionLimits) -> Result<()> {
+        let config = format!("{}/zoo.cfg", self.conf_dir().await?);
+        let scratch = tempfile::Builder::new()
+            .prefix("zkr-zoo-cfg-")
+            .tempdir()
+            .map_err(HarnessError::io(
+                "creating a directory for a container's zoo.cfg",
+            ))?;
+        let local = scratch.path().join("zoo.cfg");
+        let local_arg = local.to_string_lossy().into_owned();
+        let remote = format!("{}:{config}", self.name);
+        docker_cli_async(&["cp", &remote, &local_arg]).await?;
+        let old = std::fs::read_to_string(&local).map_err(HarnessError::io(format!(
+            "reading {config} of {}",
+            self.name
+        )))?;
+        std::fs::write(&local, limits.apply_to(&old)).map_err(HarnessError::io(format!(
+            "rewriting {config} of {}",
+            self.name
+        )))?;
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o644))
+                .map_err(HarnessError::io("making a container's zoo.cfg readable"))?;
+        }
+        docker_cli_async(&["cp", &local_arg, &remote]).await?;
+        let (min, max) = limits.durations();
+        tracing::debug!(container = %self.name, ?min, ?max, "session-timeout limits written into zoo.cfg");
+        Ok(())
+    }
+
+    /// The container's `ZOO_CONF_DIR` (the official image's and ours are `/conf`).
+    async fn conf_dir(&self) -> Result<String> {
+        let env = docker_cli_async(&[
+            "inspect",
+            "-f",
+            "{{range .Config.Env}}{{println .}}{{end}}",
+            &self.name,
+        ])
+        .await?;
+        Ok(env
+            .lines()
+            .find_map(|l| l.strip_prefix("ZOO_CONF_DIR="))
+            .map(|d| d.trim_end_matches('/'))
+            .filter(|d| !d.is_empty())
+            .unwrap_or("/conf")
+            .to_owned())
     }
 
     fn pause(&self) -> Result<()> {
@@ -648,6 +721,13 @@ impl DockerCluster {
             self.apply_cuts()?;
         }
         restarted
+    }
+
+    /// Keeps server `index`'s new session-timeout limits for its next restart, which writes
+    /// them into the container's `zoo.cfg` between its stop and its start.
+    pub(crate) fn set_session_limits(&self, index: usize, limits: SessionLimits) -> Result<()> {
+        *lock(&self.node(index)?.pending_session_limits) = Some(limits);
+        Ok(())
     }
 
     pub(crate) fn pause(&self, index: usize) -> Result<()> {

@@ -501,6 +501,25 @@ impl ServerNode {
         Ok(())
     }
 
+    /// Rewrites this server's `zoo.cfg` through `edit`, for its next start (the JVM reads the
+    /// file only when it starts). The new text goes to a file beside it that is then renamed
+    /// over it, so a JVM starting meanwhile reads the old file or the new one, never half.
+    pub(crate) fn edit_config(&self, edit: impl FnOnce(&str) -> String) -> Result<()> {
+        let old = std::fs::read_to_string(&self.config).map_err(HarnessError::io(format!(
+            "reading {}",
+            self.config.display()
+        )))?;
+        let mut staged = self.config.clone().into_os_string();
+        staged.push(".next");
+        let staged = PathBuf::from(staged);
+        std::fs::write(&staged, edit(&old))
+            .map_err(HarnessError::io(format!("writing {}", staged.display())))?;
+        std::fs::rename(&staged, &self.config).map_err(HarnessError::io(format!(
+            "replacing {}",
+            self.config.display()
+        )))
+    }
+
     /// The last lines this run of the server wrote to its log.
     pub(crate) fn log_tail(&self) -> String {
         let offset = lock(&self.process).as_ref().map_or(0, |p| p.log_offset);
