@@ -410,3 +410,99 @@ async fn a_silent_quorum_leader_ends_terms_but_keeps_sessions_and_the_leader() {
         b.session.close().await.unwrap();
     }
 }
+
+/// A timeout renegotiated on a reconnect. Server 0 allows sessions up to 60 s, server 1 up to
+/// 4 s (a rolling change half done). A's session (60 s asked) starts on server 0 through a
+/// proxy, then moves to server 1 (the same session: the client asks for the 60 s it has, and
+/// server 1 clamps it to 4 s). From then on the quorum expires the session 4 s after its last
+/// touch: `safe_until` must be at most 4 s ahead, and when A is then cut off, B (waiting on
+/// server 2) must start only after A's term ended. Faults: a reconnect to a server with other
+/// limits; a client link cut.
+#[tokio::test]
+async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
+    if !zookeeper() {
+        return;
+    }
+    let cluster = TestingCluster::builder()
+        .servers(3)
+        .tick_time(TICK)
+        .max_session_timeout(Duration::from_secs(60))
+        .server_session_timeouts(1, Duration::from_millis(400), Duration::from_secs(4))
+        .start()
+        .await
+        .unwrap();
+    let p0 = FaultProxy::start(&[cluster.server_connect_string(0).unwrap().to_owned()])
+        .await
+        .unwrap();
+    let p1 = FaultProxy::start(&[cluster.server_connect_string(1).unwrap().to_owned()])
+        .await
+        .unwrap();
+    // Server 1 refuses A for now, so that A's session starts on server 0.
+    p1.cut();
+    let sa = Session::builder(format!("{},{}", p0.connect_string(), p1.connect_string()))
+        .session_timeout(Duration::from_secs(60))
+        .server_tick_time(TICK)
+        .connection_timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(sa.negotiated_timeout(), Some(Duration::from_secs(60)));
+    let a_id = sa.session_id().unwrap();
+    let path = unique_path("renegotiated");
+    let a = LeaderLatch::builder(&sa, &path)
+        .id("a")
+        .error_policy(ErrorPolicy::SessionExpired)
+        .start()
+        .await
+        .unwrap();
+    let a_term = within(BOUND, "A to lead", a.await_leadership())
+        .await
+        .unwrap();
+    let sb = session(cluster.server_connect_string(2).unwrap(), Duration::from_secs(10)).await;
+    let b = LeaderLatch::builder(&sb, &path)
+        .id("b")
+        .start()
+        .await
+        .unwrap();
+    b.wait_joined(BOUND).await.unwrap();
+    let before_move = a_term.remaining();
+
+    // The move: server 0 goes away for A, server 1 takes it.
+    p1.heal();
+    p0.cut();
+    eventually(BOUND, "A's session to renegotiate on server 1", || async {
+        (sa.negotiated_timeout() == Some(Duration::from_secs(4))).then_some(())
+    })
+    .await;
+    assert_eq!(sa.session_id(), Some(a_id), "the same session moved");
+    let ahead = sa.safe_until().saturating_duration_since(sa.clock().now());
+    eprintln!(
+        "renegotiated: lease {} ms ahead before the move (60 s), {} ms ahead after it (4 s)",
+        ms(before_move),
+        ms(ahead)
+    );
+    assert!(
+        ahead <= Duration::from_secs(4),
+        "safe_until is {} ms ahead on a 4 s session",
+        ms(ahead)
+    );
+
+    // Cut A off: the quorum expires its session 4 s after the last touch, and B leads.
+    let a_term = a.await_leadership().await.unwrap_or(a_term);
+    p1.cut();
+    let b_term = within(BOUND, "B to lead once A's session expired", b.await_leadership())
+        .await
+        .unwrap();
+    let a_ended = eventually(BOUND, "A's term to end", || async { a_term.ended_at() }).await;
+    eprintln!(
+        "A's term ended {} ms before B's began",
+        ms(b_term.started_at().saturating_duration_since(a_ended))
+    );
+    assert!(
+        a_ended <= b_term.started_at(),
+        "A's term ran {} ms into B's",
+        ms(a_ended.saturating_duration_since(b_term.started_at()))
+    );
+    b.close().await.unwrap();
+    drop(a);
+}
