@@ -957,27 +957,17 @@ async fn own_node_gone(watch: &mut Option<OwnWatch>) {
     }
 }
 
-/// Deletes our node on the way out. A node of a session that is gone needs no deletion; one of
-/// the current session is deleted as soon as the connection allows, while the session is still
-/// provably alive (after that, the server deletes it with the session).
+/// Deletes our node on the way out, as soon as a client of the session that owns it is
+/// connected. A node of a session that is gone needs no deletion (the server deletes it with the
+/// session); but a session whose lease lapsed, or whose client gave up on it, is not gone: the
+/// node would stay first in line for as long as the session lives, so it is deleted once the
+/// session is back (the contender's task runs on after `close()` gave up waiting for it).
 async fn delete_own(shared: &Shared, node: &OwnNode) {
     let session = &shared.session;
     loop {
-        let live = match session.live() {
-            Ok(live) if session.state().is_some_and(ConnectionState::is_connected) => live,
-            _ => {
-                let remaining = session
-                    .safe_until_for(node.epoch)
-                    .saturating_duration_since(session.clock().now());
-                if remaining.is_zero() {
-                    debug!(node = %node.path, "session gone; our node goes with it");
-                    return;
-                }
-                match session.wait_live(remaining).await {
-                    Ok(live) => live,
-                    Err(_) => return,
-                }
-            }
+        let Some(live) = session.connected_client_of(node.session_id).await else {
+            debug!(node = %node.path, "session gone; our node goes with it");
+            return;
         };
         match live.client.delete(&node.path, None).await {
             Ok(()) => {

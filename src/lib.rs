@@ -77,7 +77,7 @@
 //! | `client.start(); client.blockUntilConnected()` | [`SessionBuilder::connect`] |
 //! | `ConnectionStateListener`, `ConnectionState` | [`Session::state_changes`], [`ConnectionState`] (plus `Closed`: a deliberate close is not `LOST`) |
 //! | `ConnectionStateErrorPolicy` (Standard / Session) | [`ErrorPolicy`] |
-//! | simulated session expiration | `Lost` at [`Session::safe_until`] |
+//! | simulated session expiration | terms end at [`Session::safe_until`] (`Suspended`, the session kept); `Lost` when the servers say the session expired |
 //! | `new LeaderLatch(client, path, id, closeMode)` + `start()` | [`LeaderLatch::builder`] → [`LeaderLatchBuilder::start`] |
 //! | `hasLeadership()`, `await()`, `await(t, unit)` | [`LeaderLatch::has_leadership`], [`LeaderLatch::await_leadership`] (+ `tokio::time::timeout`) |
 //! | `LeaderLatchListener` | [`LeaderLatch::events`], [`LeaderLatch::leadership`] |

@@ -458,7 +458,11 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     let a_term = within(BOUND, "A to lead", a.await_leadership())
         .await
         .unwrap();
-    let sb = session(cluster.server_connect_string(2).unwrap(), Duration::from_secs(10)).await;
+    let sb = session(
+        cluster.server_connect_string(2).unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
     let b = LeaderLatch::builder(&sb, &path)
         .id("b")
         .start()
@@ -490,9 +494,13 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     // Cut A off: the quorum expires its session 4 s after the last touch, and B leads.
     let a_term = a.await_leadership().await.unwrap_or(a_term);
     p1.cut();
-    let b_term = within(BOUND, "B to lead once A's session expired", b.await_leadership())
-        .await
-        .unwrap();
+    let b_term = within(
+        BOUND,
+        "B to lead once A's session expired",
+        b.await_leadership(),
+    )
+    .await
+    .unwrap();
     let a_ended = eventually(BOUND, "A's term to end", || async { a_term.ended_at() }).await;
     eprintln!(
         "A's term ended {} ms before B's began",

@@ -317,7 +317,7 @@ struct SupervisedArgs {
     /// Time between SIGTERM and SIGKILL to CMD's process group, at most until the term's lease
     /// passes (a successor may start then). It must fit in the lease the session timeout
     /// leaves (2.75s for the default 10s with a 2s tick): a longer one is refused (exit 2)
-    /// [default: 5s, lowered to that limit]
+    /// [default: 5s, lowered to half that limit]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     grace: Option<Duration>,
     #[command(flatten)]
@@ -696,7 +696,7 @@ fn resolve_grace(
             humantime::format_duration(limit)
         )),
         Some(grace) => Ok(grace),
-        None => Ok(process::DEFAULT_GRACE.min(limit)),
+        None => Ok(conn.builder(session_timeout).default_grace()),
     }
 }
 

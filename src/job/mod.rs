@@ -485,9 +485,7 @@ impl ScheduledJobBuilder {
         }
         self.acl.check_usable(self.session.has_credentials())?;
         let limit = self.session.grace_limit();
-        let grace = self
-            .grace
-            .unwrap_or_else(|| crate::leader::selector::DEFAULT_GRACE.min(limit));
+        let grace = self.grace.unwrap_or_else(|| self.session.default_grace());
         let stop_ahead = self.stop_ahead.unwrap_or(grace);
         if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
             return Err(Error::GraceTooLong {
@@ -553,6 +551,8 @@ impl PreparedJob {
             // the end (the lease still bounds it).
             .stop_ahead(inner.stop_ahead)
             .grace(inner.grace + Duration::from_secs(5))
+            // The loop stops the run by the lease itself, then records what became of it.
+            .closure_stops_its_work()
             .error_policy(self.error_policy)
             .acl(inner.acl.clone())
             .start(move |term: Leadership| {

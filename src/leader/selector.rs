@@ -23,7 +23,8 @@ use crate::state::ErrorPolicy;
 /// The error a leadership closure may return; it is logged, and the term relinquished.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// How long a closure may run on after its term ended before its task is aborted, by default.
+/// How long a closure may run on after its term ended before its task is aborted, by default
+/// (lowered on a session whose timeout leaves less room: [`Session::default_grace`]).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// The work a [`LeaderSelector`] runs while leader.
@@ -75,6 +76,7 @@ pub struct LeaderSelectorBuilder {
     auto_requeue: bool,
     grace: Option<Duration>,
     stop_ahead: Option<Duration>,
+    bounded_by_lease: bool,
     policy: ErrorPolicy,
     acl: NodeAcl,
 }
@@ -103,8 +105,9 @@ impl LeaderSelectorBuilder {
     /// the lease the session timeout leaves (the timeout minus the lease margin, a relay
     /// allowance of a tick and a half, and three heartbeat intervals; 2.75 s for a 10 s
     /// session with a 2 s tick, 31.5 s for Curator's 60 s): a longer one is refused by
-    /// [`start`](Self::start) with [`Error::GraceTooLong`]. The default is 5 s, lowered to that
-    /// limit when the timeout is shorter.
+    /// [`start`](Self::start) with [`Error::GraceTooLong`]. The default is 5 s, lowered to half
+    /// that limit when the timeout is short ([`Session::default_grace`]), so that a term keeps
+    /// the other half to ride out a short suspension.
     ///
     /// The abort stops the closure at its next `.await` only: blocking code and work it spawned
     /// run on while the node is released and the next leader starts. Such an abort is reported
@@ -123,6 +126,14 @@ impl LeaderSelectorBuilder {
     /// ([`Leadership::stop_by`]) at the latest.
     pub fn stop_ahead(mut self, ahead: Duration) -> Self {
         self.stop_ahead = Some(ahead);
+        self
+    }
+
+    /// For a closure of this crate that stops its own work by the term's lease (the scheduled
+    /// job's loop): abort it at the end of its grace only, not at the lease, so that it can
+    /// still record (fenced, and so refused) what became of the work.
+    pub(crate) fn closure_stops_its_work(mut self) -> Self {
+        self.bounded_by_lease = false;
         self
     }
 
@@ -160,7 +171,7 @@ impl LeaderSelectorBuilder {
         let limit = self.session.grace_limit();
         let grace = match self.grace {
             Some(grace) => grace,
-            None => DEFAULT_GRACE.min(limit),
+            None => self.session.default_grace(),
         };
         let stop_ahead = self.stop_ahead.unwrap_or(grace);
         if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
@@ -183,6 +194,7 @@ impl LeaderSelectorBuilder {
             auto_requeue: self.auto_requeue,
             grace,
             stop_ahead,
+            bounded_by_lease: self.bounded_by_lease,
             policy: self.policy,
             acl: self.acl,
             stop: CancellationToken::new(),
@@ -255,6 +267,9 @@ struct Shared {
     auto_requeue: bool,
     grace: Duration,
     stop_ahead: Duration,
+    /// Whether the closure is aborted at the term's lease too (always, but for the crate's own
+    /// closures that stop their work by it themselves).
+    bounded_by_lease: bool,
     policy: ErrorPolicy,
     acl: NodeAcl,
     stop: CancellationToken,
@@ -328,6 +343,7 @@ impl LeaderSelector {
             auto_requeue: false,
             grace: None,
             stop_ahead: None,
+            bounded_by_lease: true,
             policy: ErrorPolicy::default(),
             acl: NodeAcl::default(),
         }
@@ -607,10 +623,17 @@ async fn lead<L: LeaderSelectorListener>(shared: &Shared, listener: &L, term: &L
                 c.interrupt(TermEnd::Closed);
             }
             let ended = term.ended_at().unwrap_or(waiting_since);
+            let bound = async {
+                if shared.bounded_by_lease {
+                    term.until_stop_by(ended + shared.grace).await;
+                } else {
+                    term.clock().sleep_until(ended + shared.grace).await;
+                }
+            };
             tokio::select! {
                 biased;
                 r = &mut task => r,
-                () = term.until_stop_by(ended + shared.grace) => {
+                () = bound => {
                     abort_overrun(shared, term, task, waiting_since);
                     shared.leadership_tx.send_replace(None);
                     return;

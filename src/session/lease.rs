@@ -12,8 +12,8 @@
 //!   reconnect renegotiates it (each server clamps the request to its own limits), and the quorum
 //!   leader expires the session one timeout of the *latest* touch's connection after that touch,
 //!   which may be sooner than an earlier touch's expiry. A reconnect attempt whose answer never
-//!   came may have renegotiated too: it counts with [`Lease`]'s floor (twice the servers' tick,
-//!   ZooKeeper's default `minSessionTimeout`);
+//!   came may have renegotiated too: it counts with the timeout that server gave the session
+//!   last (a server restarted with lower limits whose one answer was lost is not covered);
 //! - **a wall clock that ran ahead of boot time** by more than the margin since the last look
 //!   means a pause that boot time did not see (a hypervisor that restored the guest's clock): the
 //!   lease is void, and only heartbeats sent after that look can prove it again;
@@ -85,6 +85,14 @@ pub(crate) fn headroom(timeout: Duration, tick: Duration, margin: Duration) -> D
 /// on a healthy session.
 pub(crate) fn grace_limit(timeout: Duration, tick: Duration, margin: Duration) -> Duration {
     headroom(timeout, tick, margin).saturating_sub(heartbeat_interval(timeout))
+}
+
+/// The grace work gets when none is asked for: 5 s, but at most half the [`grace_limit`], so
+/// that a term whose lease is not renewed keeps the other half to ride out a short suspension
+/// (what [`ErrorPolicy::SessionExpired`](crate::ErrorPolicy::SessionExpired) is for) before it
+/// ends.
+pub(crate) fn default_grace(limit: Duration) -> Duration {
+    Duration::from_secs(5).min(limit / 2)
 }
 
 /// The answered heartbeats of one session, kept until a later answer proves that they reached
@@ -179,8 +187,6 @@ impl State {
 pub(crate) struct Lease {
     clock: Clock,
     margin: Duration,
-    /// The timeout a reconnect attempt whose answer never came is assumed to have renegotiated.
-    floor: Duration,
     state: Mutex<State>,
     /// Bumped whenever the deadline moves earlier than the proofs alone would move it (a
     /// shorter timeout, a void lease, the loss): a term that waits for its deadline looks again.
@@ -194,12 +200,10 @@ impl Lease {
         started: BootTime,
         timeout: Duration,
         margin: Option<Duration>,
-        tick: Duration,
     ) -> Self {
         let seen = (clock.now(), clock.wall_ms());
         Lease {
             margin: margin.unwrap_or_else(|| default_margin(timeout)),
-            floor: tick * 2,
             state: Mutex::new(State {
                 acked: started,
                 conns: VecDeque::from([Conn { seq: 0, timeout }]),
@@ -322,15 +326,18 @@ impl Lease {
     }
 
     /// A reconnect attempt reached a server but its answer never came: the server may have
-    /// renegotiated the timeout, down to the floor, and touched the session with it.
-    pub(crate) fn unanswered_attempt(&self) {
+    /// revalidated the session with the timeout it gives it, `timeout` (the one it gave this
+    /// session last, if it ever did), and touched it.
+    pub(crate) fn unanswered_attempt(&self, timeout: Duration) {
         let shorter = {
             let mut state = self.lock();
             let before = state.timeout();
             let seq = state.next_seq;
             state.next_seq += 1;
-            let timeout = self.floor.min(before);
-            state.conns.push_back(Conn { seq, timeout });
+            state.conns.push_back(Conn {
+                seq,
+                timeout: timeout.min(before),
+            });
             state.timeout() < before
         };
         if shorter {
@@ -426,7 +433,7 @@ mod tests {
     fn the_deadline_is_the_proven_touch_plus_the_timeout_minus_the_margin() {
         let clock = TestClock::new();
         let t0 = clock.clock().now();
-        let lease = Lease::new(clock.clock(), t0, ms(10_000), Some(ms(100)), ms(500));
+        let lease = Lease::new(clock.clock(), t0, ms(10_000), Some(ms(100)));
         assert_eq!(lease.deadline(), t0 + ms(9_900));
         lease.advance(t0 + ms(3_000), 0);
         lease.advance(t0 + ms(1_000), 0);
@@ -445,13 +452,7 @@ mod tests {
         // Boot time moves ahead while the monotonic clock does not: a host that resumes from a
         // suspend. The lease is read off boot time, so it is over without any timer firing.
         let clock = TestClock::new();
-        let lease = Lease::new(
-            clock.clock(),
-            clock.clock().now(),
-            ms(60_000),
-            None,
-            ms(2_000),
-        );
+        let lease = Lease::new(clock.clock(), clock.clock().now(), ms(60_000), None);
         assert!(lease.is_valid());
         clock.suspend(Duration::from_secs(600));
         assert!(
@@ -464,7 +465,7 @@ mod tests {
     fn a_wall_clock_that_runs_ahead_of_boot_time_voids_the_lease_until_a_later_proof() {
         let clock = TestClock::new();
         let now = clock.clock().now();
-        let lease = Lease::new(clock.clock(), now, ms(10_000), Some(ms(500)), ms(500));
+        let lease = Lease::new(clock.clock(), now, ms(10_000), Some(ms(500)));
         assert!(lease.is_valid());
         // A hypervisor paused the guest for a minute and restored its clocks; the guest sees it
         // only when its wall clock is set right.
@@ -488,7 +489,7 @@ mod tests {
     fn a_timeout_renegotiated_down_on_a_reconnect_shortens_the_lease_at_once() {
         let clock = TestClock::new();
         let t0 = clock.clock().now();
-        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)), ms(500));
+        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)));
         let changes = lease.subscribe();
         assert_eq!(lease.deadline(), t0 + ms(59_900));
         // The session moves to a server whose maxSessionTimeout is 4 s.
@@ -508,12 +509,12 @@ mod tests {
     }
 
     #[test]
-    fn an_unanswered_reconnect_attempt_counts_with_the_floor() {
+    fn an_unanswered_reconnect_attempt_counts_with_the_servers_last_timeout() {
         let clock = TestClock::new();
         let t0 = clock.clock().now();
-        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)), ms(500));
-        lease.unanswered_attempt();
-        assert_eq!(lease.timeout(), ms(1_000), "twice the tick");
+        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)));
+        lease.unanswered_attempt(ms(1_000));
+        assert_eq!(lease.timeout(), ms(1_000), "that server gave 1 s last time");
         // A proof of a touch sent on a later connection no longer counts the attempt.
         let conn = lease.connected(ms(60_000));
         lease.advance(t0 + ms(10), conn);

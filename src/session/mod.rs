@@ -189,6 +189,11 @@ impl SessionBuilder {
         self
     }
 
+    /// [`Session::default_grace`] for a session built this way, with the requested timeout.
+    pub fn default_grace(&self) -> Duration {
+        lease::default_grace(self.grace_limit())
+    }
+
     /// [`Session::grace_limit`] for a session built this way, with the requested timeout
     /// (the servers may negotiate a shorter one).
     pub fn grace_limit(&self) -> Duration {
@@ -651,15 +656,6 @@ impl Session {
         self.live().ok().filter(|l| l.epoch == epoch)
     }
 
-    /// [`safe_until`](Self::safe_until) of session `epoch`; now once another session replaced
-    /// it.
-    pub(crate) fn safe_until_for(&self, epoch: u64) -> BootTime {
-        match self.live_for(epoch) {
-            Some(live) => live.safe_until(),
-            None => self.clock().now(),
-        }
-    }
-
     /// The session timeout the lease counts with: the negotiated one once there is a session,
     /// else the requested one.
     pub(crate) fn lease_timeout(&self) -> Duration {
@@ -687,6 +683,13 @@ impl Session {
         )
     }
 
+    /// The grace a recipe gives its work when none is asked for: 5 s, but at most half the
+    /// [`grace_limit`](Self::grace_limit), so that a term whose lease is not renewed keeps the
+    /// other half to ride out a short suspension before it ends.
+    pub fn default_grace(&self) -> Duration {
+        lease::default_grace(self.grace_limit())
+    }
+
     /// The configured session timeout (what was asked for, not what was negotiated).
     pub(crate) fn requested_timeout(&self) -> Duration {
         self.shared.config.session_timeout
@@ -705,6 +708,65 @@ impl Session {
         match &*current {
             Some(live) if !live.lease.is_lost() => Ok(live.clone()),
             _ => Err(Error::ConnectionLoss),
+        }
+    }
+
+    /// The ZooKeeper session current now, lapsed lease or not; between two clients, the next
+    /// one's. `None` once lost or closed.
+    async fn current_session_id(&self) -> Option<i64> {
+        let mut status = self.watch_status();
+        loop {
+            if self.shared.stop.is_cancelled() || status.borrow_and_update().closed {
+                return None;
+            }
+            if let Some(live) = self.shared.current.read().ok()?.as_ref() {
+                return (!live.lease.is_lost()).then_some(live.session_id);
+            }
+            if status.borrow().state == Some(ConnectionState::Lost) {
+                return None;
+            }
+            if status.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Waits until a client of ZooKeeper session `session_id` is connected to a server (whether
+    /// or not its lease is proven: deleting our own nodes needs no lease) and returns it; `None`
+    /// once that session is gone (lost, replaced) or this one is closed.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn connected_client_of(&self, session_id: i64) -> Option<Live> {
+        let mut status = self.watch_status();
+        loop {
+            if self.shared.stop.is_cancelled() || status.borrow_and_update().closed {
+                return None;
+            }
+            let current = self.shared.current.read().ok()?.clone();
+            match current {
+                Some(live) if live.session_id != session_id => return None,
+                Some(live) if live.lease.is_lost() => return None,
+                Some(live) => {
+                    if live.client.state() == SessionState::SyncConnected {
+                        return Some(live);
+                    }
+                    let mut client = live.client.state_watcher();
+                    tokio::select! {
+                        _ = client.changed() => {}
+                        r = status.changed() => if r.is_err() { return None },
+                    }
+                }
+                None => {
+                    // Between two clients: resuming this session, or lost.
+                    if status.borrow().state == Some(ConnectionState::Lost) {
+                        return None;
+                    }
+                    if status.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            }
         }
     }
 
@@ -953,19 +1015,16 @@ impl Session {
         Ok(found)
     }
 
-    /// Deletes every child of `parent` that carries `prefix`, on the current session, waiting
-    /// for a connection no longer than the session stays provably alive. A node that cannot be
-    /// reached in that time dies with its session.
+    /// Deletes every child of `parent` that carries `prefix`: the nodes of an abandoned create.
+    /// Such a node belongs to the session current when the create was sent; it is deleted once a
+    /// client of that session is connected, however long that takes (a node left in line would
+    /// hold the election for as long as its session lives), and dies with that session otherwise.
     pub(crate) async fn delete_protected(&self, parent: &str, prefix: &str) {
-        let bound = self
-            .shared
-            .config
-            .session_timeout
-            .max(self.connection_timeout());
-        let give_up = tokio::time::Instant::now() + bound;
-        // An interrupted attempt is repeated on the next connection, until the bound.
-        while let Some(left) = give_up.checked_duration_since(tokio::time::Instant::now()) {
-            let Ok(live) = self.wait_live(left).await else {
+        let Some(owner) = self.current_session_id().await else {
+            return;
+        };
+        loop {
+            let Some(live) = self.connected_client_of(owner).await else {
                 return;
             };
             match self.delete_protected_once(&live, parent, prefix).await {
@@ -1278,7 +1337,6 @@ async fn supervise(shared: Arc<Shared>) {
                     started,
                     timeout,
                     shared.config.lease_margin,
-                    tick,
                 ));
                 (lease, timeout, true)
             }
@@ -1448,6 +1506,8 @@ async fn serve(
     // Whether a server answered a reconnect of this session with "expired".
     let mut expired_answer = false;
     let mut proof = QuorumProof::default();
+    // What each server negotiated with this session last, for an attempt it never answered.
+    let mut by_server: std::collections::HashMap<String, Duration> = Default::default();
     let mut timer = BootTimer::new(clock.clone());
     let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
     tokio::pin!(next_beat);
@@ -1466,6 +1526,7 @@ async fn serve(
                     {
                         let before = lease.timeout();
                         let conn = lease.connected(negotiated);
+                        by_server.insert(server.clone(), negotiated);
                         if negotiated < before {
                             warn!(session_id = %hex(live.session_id), server, from_ms = before.as_millis() as u64,
                                 to_ms = negotiated.as_millis() as u64,
@@ -1485,9 +1546,10 @@ async fn serve(
                         expired_answer = true;
                     }
                     RelayEvent::Unanswered { server, session_id, sent } if session_id == live.session_id => {
-                        debug!(session_id = %hex(session_id), server, sent = %sent,
-                            "a reconnect attempt went unanswered: the lease counts with the shortest timeout it may have negotiated");
-                        lease.unanswered_attempt();
+                        let timeout = by_server.get(&server).copied().unwrap_or(lease.timeout());
+                        debug!(session_id = %hex(session_id), server, sent = %sent, timeout_ms = timeout.as_millis() as u64,
+                            "a reconnect attempt went unanswered: the lease counts with the timeout that server gave last");
+                        lease.unanswered_attempt(timeout);
                     }
                     _ => {}
                 }

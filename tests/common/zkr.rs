@@ -61,6 +61,8 @@ pub fn zkr(connect: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zkr"));
     c.arg("--connect")
         .arg(connect)
+        // The harness's servers tick every 200 ms: a deployment tells zkr its servers' tick.
+        .args(["--server-tick-time", "200ms"])
         .env_remove("ZK_CONNECT")
         .stdin(Stdio::null())
         .kill_on_drop(true);

@@ -1025,6 +1025,7 @@ struct ZkrChild {
 /// relinquishes and queues again, so the lock changes hands without any fault too.
 fn zkr_command(
     config: &TrialConfig,
+    tick: Duration,
     connect: &str,
     path: &str,
     id: &str,
@@ -1039,7 +1040,11 @@ fn zkr_command(
         .arg(connect)
         .arg("--session-timeout")
         .arg(format!("{}ms", config.session_timeout.as_millis()))
-        .args(["run", path, "--id", id, "--requeue", "--grace", "1s", "--"])
+        .arg("--server-tick-time")
+        .arg(format!("{}ms", tick.as_millis()))
+        // The default grace: half of what the lease leaves (a 1 s grace does not fit in a 2 s
+        // session's lease).
+        .args(["run", path, "--id", id, "--requeue", "--"])
         .args(["bash", "-c", &script])
         .env_remove("ZK_CONNECT")
         .env_remove("ZKR_LOG")
@@ -1052,6 +1057,7 @@ fn zkr_command(
 
 fn spawn_zkr(
     config: &TrialConfig,
+    tick: Duration,
     book: &Shared,
     connect: &str,
     path: &str,
@@ -1059,7 +1065,7 @@ fn spawn_zkr(
     port: u16,
     writes: usize,
 ) -> Result<ZkrChild> {
-    let mut child = zkr_command(config, connect, path, id, port, writes)
+    let mut child = zkr_command(config, tick, connect, path, id, port, writes)
         .spawn()
         .map_err(io_error(format!(
             "starting {} (zkr {})",
@@ -1281,7 +1287,6 @@ impl World {
                 let selector = LeaderSelector::builder(session, self.path(LOCK_ELECTION))
                     .id(def.id)
                     .auto_requeue(true)
-                    .grace(Duration::from_secs(2))
                     .start(move |term: Leadership| {
                         let (book, resource) = (Arc::clone(&book), Arc::clone(&resource));
                         let hold = lock(&rng).between(session_timeout / 10, session_timeout);
@@ -1322,6 +1327,7 @@ impl World {
                 let connect = self.proxies[link].connect_string();
                 Running::Zkr(spawn_zkr(
                     &self.config,
+                    self.setup.tick,
                     &self.book,
                     &connect,
                     &self.path(LOCK_ELECTION),
@@ -1360,7 +1366,6 @@ impl World {
             .id(id)
             .catch_up(CatchUp::All)
             .history_limit(MAX_HISTORY)
-            .grace(Duration::from_secs(1))
             .error_policy(policy)
             .start(move |run: SlotRun| {
                 let hold =
