@@ -1055,6 +1055,12 @@ fn zkr_command(
     c
 }
 
+/// What a `zkr run` child's command writes: `count` lines to the resource's port.
+struct Writes {
+    port: u16,
+    count: usize,
+}
+
 fn spawn_zkr(
     config: &TrialConfig,
     tick: Duration,
@@ -1062,10 +1068,9 @@ fn spawn_zkr(
     connect: &str,
     path: &str,
     id: &'static str,
-    port: u16,
-    writes: usize,
+    writes: Writes,
 ) -> Result<ZkrChild> {
-    let mut child = zkr_command(config, tick, connect, path, id, port, writes)
+    let mut child = zkr_command(config, tick, connect, path, id, writes.port, writes.count)
         .spawn()
         .map_err(io_error(format!(
             "starting {} (zkr {})",
@@ -1332,8 +1337,10 @@ impl World {
                     &connect,
                     &self.path(LOCK_ELECTION),
                     def.id,
-                    self.lock_port,
-                    10 + self.rng.below(30),
+                    Writes {
+                        port: self.lock_port,
+                        count: 10 + self.rng.below(30),
+                    },
                 )?)
             }
         };
