@@ -164,6 +164,9 @@ struct Shared {
     notify_on_close: AtomicBool,
     /// Why the contender stopped by itself, set before its phase turns `Done`.
     failure: std::sync::OnceLock<Error>,
+    /// Set when the node's deletion has to wait for the session's client to be connected
+    /// again: `close()` returns then, and the deletion goes on in the background.
+    deletion_deferred: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -210,6 +213,7 @@ impl Contender {
             events_tx: std::sync::OnceLock::new(),
             notify_on_close: AtomicBool::new(notify_on_close),
             failure: std::sync::OnceLock::new(),
+            deletion_deferred: tokio::sync::Notify::new(),
         });
         let span = info_span!(parent: None, "contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
         let task = runtime.spawn(run(Arc::clone(&shared)).instrument(span));
@@ -283,14 +287,24 @@ impl Contender {
     }
 
     /// Stops the contender: ends a running term, deletes the node, and waits for that (at most
-    /// the session's connection timeout plus session timeout).
+    /// the session's connection timeout plus session timeout). When no client of the node's
+    /// session is connected, it returns at once and the deletion waits for one in the
+    /// background (the session may outlive a lapsed lease, and its node with it).
     pub(crate) async fn close(&self) {
         self.shared.stop.cancel();
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let bound =
                 self.shared.session.connection_timeout() + self.shared.session.requested_timeout();
-            if tokio::time::timeout(bound, task).await.is_err() {
+            let finished = async {
+                tokio::select! {
+                    _ = task => {}
+                    () = self.shared.deletion_deferred.notified() => {
+                        debug!(path = %self.shared.spec.path, "no connected client: our node is deleted in the background once there is one");
+                    }
+                }
+            };
+            if tokio::time::timeout(bound, finished).await.is_err() {
                 warn!(path = %self.shared.spec.path, "contender did not finish its cleanup in time");
             }
         }
@@ -965,6 +979,9 @@ async fn own_node_gone(watch: &mut Option<OwnWatch>) {
 async fn delete_own(shared: &Shared, node: &OwnNode) {
     let session = &shared.session;
     loop {
+        if !session.has_connected_client_of(node.session_id) {
+            shared.deletion_deferred.notify_one();
+        }
         let Some(live) = session.connected_client_of(node.session_id).await else {
             debug!(node = %node.path, "session gone; our node goes with it");
             return;

@@ -514,3 +514,81 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     b.close().await.unwrap();
     drop(a);
 }
+
+/// A recipe closed while its session's lease has lapsed (the session itself alive on the
+/// servers) deletes its node once the session is back: the node would otherwise stay first in
+/// line for as long as the session lives, and nobody would lead (found by the fault trials: a
+/// lock without a leader for 40 to 84 s after a quorum loss). `close()` returns at once, and the
+/// deletion waits for a connected client of the session in the background. Fault: a client
+/// link blackholed past the lease, healed before the server's timeout.
+#[tokio::test]
+async fn a_selector_closed_during_a_lapse_deletes_its_node_once_the_session_is_back() {
+    if !zookeeper() {
+        return;
+    }
+    let server = common::shared_server().await;
+    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+        .await
+        .unwrap();
+    let sa = Session::builder(proxy.connect_string())
+        .session_timeout(Duration::from_secs(6))
+        .server_tick_time(TICK)
+        .lease_margin(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let sb = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = unique_path("closed-in-lapse");
+    let a = LeaderSelector::builder(&sa, &path)
+        .id("a")
+        .start(|term: Leadership| async move {
+            term.cancelled().await;
+            Ok::<(), std::io::Error>(())
+        })
+        .await
+        .unwrap();
+    let a_term = within(BOUND, "A to lead", a.await_leadership())
+        .await
+        .unwrap();
+    let b = LeaderSelector::builder(&sb, &path)
+        .id("b")
+        .start(|term: Leadership| async move {
+            term.cancelled().await;
+            Ok::<(), std::io::Error>(())
+        })
+        .await
+        .unwrap();
+    let a_id = sa.session_id().unwrap();
+    proxy.blackhole();
+    let holed = Instant::now();
+    within(BOUND, "A's term to end by its lease", a_term.ended()).await;
+    within(
+        Duration::from_secs(2),
+        "A's close to return while its session is cut off",
+        a.close(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        holed.elapsed() < Duration::from_secs(5),
+        "too late to heal before the server's timeout: {} ms",
+        ms(holed.elapsed())
+    );
+    proxy.heal();
+    let b_term = within(
+        BOUND,
+        "B to lead once A's node is deleted",
+        b.await_leadership(),
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "closed during a lapse: B led {} ms after the blackhole, A's session {:#x} kept: {}",
+        ms(holed.elapsed()),
+        a_id,
+        sa.session_id() == Some(a_id)
+    );
+    assert_eq!(sa.session_id(), Some(a_id), "A's session was kept");
+    assert!(b_term.is_valid());
+    b.close().await.unwrap();
+}

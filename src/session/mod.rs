@@ -731,6 +731,15 @@ impl Session {
         }
     }
 
+    /// Whether a client of ZooKeeper session `session_id` is connected right now.
+    pub(crate) fn has_connected_client_of(&self, session_id: i64) -> bool {
+        self.shared.current.read().ok().is_some_and(|c| {
+            c.as_ref().is_some_and(|l| {
+                l.session_id == session_id && l.client.state() == SessionState::SyncConnected
+            })
+        })
+    }
+
     /// Waits until a client of ZooKeeper session `session_id` is connected to a server (whether
     /// or not its lease is proven: deleting our own nodes needs no lease) and returns it; `None`
     /// once that session is gone (lost, replaced) or this one is closed.
