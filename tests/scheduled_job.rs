@@ -4,7 +4,8 @@
 //! Faults covered here: a replica closed mid-run (its term ends, the slot is cut off), a
 //! replica's link to the server cut (its term ends on SUSPENDED; its late record of the run is
 //! refused; its session expires and the next leader takes over), the whole job down for several
-//! periods, a replica's wall clock stepped forward and back. Killed (-9) and frozen (SIGSTOP)
+//! periods, a replica's wall clock stepped forward and back, a leader's link blackholed while
+//! its run ignores its cancellation. Killed (-9) and frozen (SIGSTOP)
 //! replicas are in tests/cron_cli.rs, seeded ensemble faults in tests/fault_trials.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -16,12 +17,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{eventually, proxy_to, session, shared_server, within, zookeeper};
+use zookeeper_recipes::clock::BootTime;
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SkewedClock,
     SlotRecord, SlotRun, SlotState,
 };
 use zookeeper_recipes::testing;
-use zookeeper_recipes::{Error, FencingToken, Session};
+use zookeeper_recipes::{Error, ErrorPolicy, FencingToken, Session};
 
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -1495,4 +1497,104 @@ async fn history_is_bounded() {
     // The newest are the ones kept.
     let newest = runs.all().last().unwrap().slot.clone();
     assert!(h.iter().any(|r| r.slot == newest), "{newest} not in {h:#?}");
+}
+
+/// The run's stop comes inside the lease (faults: the leader's client link blackholed while its
+/// run ignores its cancellation; both error policies). Leader a's session goes through a proxy
+/// (timeout 2 s, the harness's 200 ms tick); its run of `trigger-1` loops and never returns. b
+/// waits on a direct session. When a's link is blackholed, a's term ends (Standard: at
+/// `Suspended`; SessionExpired: `stop_ahead` before its lease's deadline), its run is aborted at
+/// the end of its grace or at the lease, whichever comes first, and only then can the quorum
+/// expire a's session and b lead. b's retry of the slot (attempt 2) must start after a's run
+/// last ran, both read on the boot clock.
+#[tokio::test]
+async fn a_run_that_ignores_its_cancellation_stops_before_the_successor_retries_its_slot() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
+        let proxy = proxy_to(server).await;
+        let sa = Session::builder(proxy.connect_string())
+            .session_timeout(Duration::from_secs(2))
+            .server_tick_time(Duration::from_millis(200))
+            .connect()
+            .await
+            .unwrap();
+        let sb = session(server.connect_string(), Duration::from_secs(10)).await;
+        let path = testing::unique_path("cron-stubborn");
+        let a_alive = Arc::new(Mutex::new(None::<BootTime>));
+        let alive = Arc::clone(&a_alive);
+        let a = ScheduledJob::builder(&sa, &path)
+            .every(Duration::from_secs(3600))
+            .id("a")
+            .error_policy(policy)
+            .start(move |_run: SlotRun| {
+                let alive = Arc::clone(&alive);
+                async move {
+                    // Ignores its cancellation: only the abort stops it.
+                    loop {
+                        *alive.lock().unwrap() = Some(BootTime::now());
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    #[allow(unreachable_code)]
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+            .unwrap();
+        let mut a_events = a.events();
+        within(BOUND, "a leads", async {
+            a.leadership().wait_for(Option::is_some).await.unwrap();
+        })
+        .await;
+        a.trigger_now().await.unwrap();
+        let started = next_started(&mut a_events, "a starts trigger-1").await;
+        assert_eq!(started, "trigger-1");
+        let b_retry = Arc::new(Mutex::new(None::<(BootTime, u32)>));
+        let retry = Arc::clone(&b_retry);
+        let b = ScheduledJob::builder(&sb, &path)
+            .every(Duration::from_secs(3600))
+            .id("b")
+            .start(move |run: SlotRun| {
+                let retry = Arc::clone(&retry);
+                async move {
+                    if run.slot() == "trigger-1" {
+                        retry
+                            .lock()
+                            .unwrap()
+                            .get_or_insert((BootTime::now(), run.attempt()));
+                    }
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+            .unwrap();
+        let holed = BootTime::now();
+        proxy.blackhole();
+        let (b_at, attempt) = eventually(BOUND, "b retries trigger-1", || async {
+            *b_retry.lock().unwrap()
+        })
+        .await;
+        let a_last = a_alive.lock().unwrap().unwrap();
+        eprintln!(
+            "{policy:?}: a's run last ran {} ms after the blackhole, b's retry started {} ms after it: {}",
+            (a_last - holed).as_millis(),
+            (b_at - holed).as_millis(),
+            if a_last < b_at {
+                format!("{} ms apart", (b_at - a_last).as_millis())
+            } else {
+                format!("OVERLAP of {} ms", (a_last - b_at).as_millis())
+            }
+        );
+        assert_eq!(attempt, 2, "{policy:?}: b's run of trigger-1 is the retry");
+        assert!(
+            a_last < b_at,
+            "{policy:?}: a's run ran {} ms after b's retry started",
+            (a_last - b_at).as_millis()
+        );
+        proxy.heal();
+        b.close().await.unwrap();
+        a.close().await.unwrap();
+    }
 }
