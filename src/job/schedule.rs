@@ -309,8 +309,9 @@ pub(crate) fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-/// A source of wall-clock time for the schedule: [`SystemClock`] in production; tests inject
-/// one that jumps to show that a stepped clock delays or advances a slot, never doubles it.
+/// A replica's own wall clock: [`SystemClock`] in production; tests inject a [`SkewedClock`].
+/// A scheduled job reads it only to measure how far it is from the ensemble's clock, which is
+/// what decides when slots are due.
 pub trait WallClock: Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
