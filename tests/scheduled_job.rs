@@ -1385,6 +1385,48 @@ async fn slots_missed_while_the_host_was_suspended_go_through_the_catch_up_polic
     assert_eq!(slots.len(), all.len(), "a slot ran twice: {all:?}");
 }
 
+/// The leader keeps one watch task on the job's `control` node: a term's task goes with the
+/// term. Before, every term (and every reload after a failure) left its task waiting for the
+/// next change of `control`: ten terms left ten tasks.
+#[tokio::test(flavor = "current_thread")]
+async fn the_control_watch_does_not_pile_up_tasks_across_terms() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-watch-tasks");
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let runs = Runs::default();
+    let mut alive = Vec::new();
+    for i in 0..10 {
+        let job = ScheduledJob::builder(&s, &path)
+            .every(Duration::from_millis(200))
+            .id(format!("t{i}"))
+            .start(recorder("t", &runs, Duration::ZERO))
+            .await
+            .unwrap();
+        let mut events = job.events();
+        within(BOUND, "a slot finished in this term", async {
+            loop {
+                if let Ok(JobEvent::SlotFinished { .. }) = events.recv().await {
+                    break;
+                }
+            }
+        })
+        .await;
+        job.close().await.unwrap();
+        drop(job);
+        tokio::task::yield_now().await;
+        alive.push(metrics.num_alive_tasks());
+    }
+    eprintln!("tasks alive after each of ten terms: {alive:?}");
+    assert!(
+        alive[9] <= alive[0] + 1,
+        "tasks pile up across terms: {alive:?}"
+    );
+}
+
 /// A slot that ran more than once was cut off (here: by a close while it ran) and re-run by a
 /// later term: with a higher token, a higher attempt, and `recovering`.
 fn assert_runs_twice_only_as_retries(runs: &[Run]) {

@@ -1365,6 +1365,9 @@ struct TermRun<'a> {
     control: Control,
     /// Notified when the control node's watch fires.
     control_changed: Arc<tokio::sync::Notify>,
+    /// The watch on the control node: one task, replaced at each reload and aborted with the
+    /// term, so that watch tasks do not pile up across reloads and terms.
+    control_watch: Option<AbortOnDrop<()>>,
     records: BTreeMap<String, (SlotRecord, i32)>,
     queue: VecDeque<Work>,
     buffered: bool,
@@ -1391,6 +1394,7 @@ impl<'a> TermRun<'a> {
             state_version: -1,
             control: Control::default(),
             control_changed: Arc::new(tokio::sync::Notify::new()),
+            control_watch: None,
             records: BTreeMap::new(),
             queue: VecDeque::new(),
             buffered: false,
@@ -1756,12 +1760,13 @@ impl<'a> TermRun<'a> {
                 Ok((data, _, watcher)) => {
                     self.control = Control::from_bytes(&control_path, &data)?;
                     // The watch fires once (a change, or the session's end); a reload sets
-                    // the next one.
+                    // the next one, and its task replaces (aborts) the one before, which may
+                    // still be waiting (a reload after a failure, not after a change).
                     let changed = Arc::clone(&self.control_changed);
-                    tokio::spawn(async move {
+                    self.control_watch = Some(AbortOnDrop(tokio::spawn(async move {
                         let _ = watcher.changed().await;
                         changed.notify_one();
-                    });
+                    })));
                     break;
                 }
                 Err(zookeeper_client::Error::NoNode) => {
