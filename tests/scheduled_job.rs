@@ -1427,6 +1427,76 @@ async fn the_control_watch_does_not_pile_up_tasks_across_terms() {
     );
 }
 
+/// A leader built with another IANA tzdata release than the last one (recorded in `state`)
+/// warns and records its own, but does not take it for a schedule change: a schedule change
+/// moves the cursor to now by default, which would skip the slots that came due in the
+/// failover's gap. Here the last leader left the cursor 3 s back: every slot of the gap runs.
+#[tokio::test]
+async fn a_tzdata_only_difference_is_recorded_and_skips_no_slot() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-tzdata");
+    let schedule = Schedule::cron("* * * * * *", "Europe/Oslo").unwrap();
+    let gap_from = schedule
+        .latest_at_or_before(ensemble_ms(&s).await - 3_000)
+        .unwrap();
+    let zk = s.client().unwrap();
+    let mode =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.mkdir(&path, &mode).await.unwrap();
+    let state = serde_json::json!({
+        "spec": schedule.spec(), "spec_hash": schedule.spec_hash(), "cursor_ms": gap_from,
+        "triggers_done": 0, "tzdb": "1999z",
+    });
+    zk.create(
+        &format!("{path}/state"),
+        state.to_string().as_bytes(),
+        &mode,
+    )
+    .await
+    .unwrap();
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .schedule(schedule.clone())
+        .id("new-tzdata")
+        .catch_up(CatchUp::All)
+        .start(recorder("new-tzdata", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    eventually(BOUND, "the gap's slots and one more run", || async {
+        (runs.count() >= 4).then_some(())
+    })
+    .await;
+    job.close().await.unwrap();
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(event, JobEvent::ScheduleChanged { .. }),
+            "a tzdata-only difference read as a schedule change: {event:?}"
+        );
+    }
+    let ran: Vec<i64> = runs
+        .all()
+        .iter()
+        .map(|r| Schedule::parse_key(&r.slot).unwrap())
+        .collect();
+    let (gap, _) = schedule.slots_between(gap_from, gap_from + 3_000, 10);
+    for slot in &gap {
+        assert!(
+            ran.contains(slot),
+            "{} of the failover's gap did not run: {ran:?}",
+            Schedule::key(*slot)
+        );
+    }
+    let (data, _) = zk.get_data(&format!("{path}/state")).await.unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(state["tzdb"], schedule.tzdb_version().unwrap());
+    assert_eq!(state["spec_hash"], schedule.spec_hash());
+}
+
 /// A slot that ran more than once was cut off (here: by a close while it ran) and re-run by a
 /// later term: with a higher token, a higher attempt, and `recovering`.
 fn assert_runs_twice_only_as_retries(runs: &[Run]) {

@@ -1390,6 +1390,7 @@ impl<'a> TermRun<'a> {
                 spec_hash: String::new(),
                 cursor_ms: 0,
                 triggers_done: 0,
+                tzdb: None,
             },
             state_version: -1,
             control: Control::default(),
@@ -1672,6 +1673,7 @@ impl<'a> TermRun<'a> {
                     spec_hash: self.inner.schedule.spec_hash(),
                     cursor_ms: UNPLACED,
                     triggers_done: 0,
+                    tzdb: None,
                 };
                 self.fenced(vec![FencedOp::create(&state_path, state.to_bytes())])
                     .await?;
@@ -1705,7 +1707,8 @@ impl<'a> TermRun<'a> {
     /// Brings `state` in line with the ensemble's time and this replica's schedule: places a
     /// new job's cursor at the newest slot at or before the ensemble's now (a new job owes
     /// nothing from before it existed), brings back a cursor found beyond the ensemble's time
-    /// plus the tolerance, records a schedule change.
+    /// plus the tolerance, records a schedule change and the tzdata that decides this
+    /// schedule's slots.
     async fn align_state(&mut self) -> Result<()> {
         let schedule = &self.inner.schedule;
         let spec = schedule.spec();
@@ -1742,6 +1745,18 @@ impl<'a> TermRun<'a> {
                 next.cursor_ms = next.cursor_ms.max(fresh_cursor);
             }
         }
+        let tzdb = self.inner.schedule.tzdb_version();
+        if let (Some(recorded), Some(ours)) = (next.tzdb.as_deref(), tzdb)
+            && recorded != ours
+        {
+            warn!(
+                recorded,
+                ours,
+                schedule = %next.spec,
+                "the last leader of this job computed its slots with another IANA tzdata release: where the two releases disagree about the zone, one local time has two slot keys and may run twice (or not at all); build every replica with the same chrono-tz"
+            );
+        }
+        next.tzdb = tzdb.map(str::to_owned);
         if next != self.state {
             self.write_state(next, Vec::new()).await?;
         }

@@ -155,6 +155,10 @@ pub(crate) struct JobState {
     /// Operator triggers taken up so far (`trigger-1` ... `trigger-N`).
     #[serde(default)]
     pub triggers_done: u64,
+    /// The IANA tzdata release the last leader computed a cron schedule's slots with
+    /// (chrono-tz's `IANA_TZDB_VERSION`); a leader built with another one warns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tzdb: Option<String>,
 }
 
 /// The cursor of a new job whose first leader has not yet placed it on the ensemble's clock:
