@@ -2019,7 +2019,8 @@ impl<'a> TermRun<'a> {
         let window = policies
             .window
             .unwrap_or_else(|| schedule.period_after(latest));
-        let lateness = Duration::from_millis(u64::try_from(now - latest).unwrap_or(0));
+        let lateness =
+            Duration::from_millis(u64::try_from(now.saturating_sub(latest)).unwrap_or(0));
         let run_latest = policies.catch_up == CatchUp::Latest && lateness <= window;
         let missed_up_to = if run_latest { latest - 1 } else { latest };
         if let Some(last_missed) = schedule
@@ -2181,7 +2182,7 @@ impl<'a> TermRun<'a> {
         // slot due have drifted ahead, the run waits for the slot's nominal instant (by the
         // fresh sample), so that no slot starts before it by the ensemble's clock.
         while work.trigger.is_none() && self.now() < work.nominal_ms {
-            let early = u64::try_from(work.nominal_ms - self.now()).unwrap_or(0);
+            let early = u64::try_from(work.nominal_ms.saturating_sub(self.now())).unwrap_or(0);
             debug!(slot = %key, early_ms = early, "claimed ahead of the ensemble's clock; waiting for the slot's instant");
             tokio::select! {
                 _ = self.term.cancelled() => return Err(Stop::TermOver),
@@ -2272,7 +2273,8 @@ impl<'a> TermRun<'a> {
             .schedule
             .next_after(now.max(self.state.cursor_ms))
             .map_or(TICK, |next| {
-                Duration::from_millis(u64::try_from(next - now).unwrap_or(0)).min(TICK)
+                Duration::from_millis(u64::try_from(next.saturating_sub(now)).unwrap_or(0))
+                    .min(TICK)
             })
     }
 
