@@ -415,7 +415,9 @@ impl LeaderSelector {
         self.shared
             .requeued
             .store(true, std::sync::atomic::Ordering::Release);
-        self.shared.requeue.notify_one();
+        // Wakes the loop if it waits; no permit is stored, so a requeue is never counted twice
+        // (the flag is what the loop reads).
+        self.shared.requeue.notify_waiters();
         true
     }
 
@@ -581,16 +583,25 @@ async fn run<L: LeaderSelectorListener>(shared: Arc<Shared>, listener: Arc<L>) {
             continue;
         }
         shared.state_tx.send_replace(SelectorState::Idle);
-        let requeued = shared
-            .requeued
-            .swap(false, std::sync::atomic::Ordering::AcqRel);
-        if !requeued {
+        // Waits for a requeue: the flag says it came, the notification only wakes. Registered
+        // before the flag is read, so a requeue between the two is not missed.
+        loop {
+            let notified = shared.requeue.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if shared
+                .requeued
+                .swap(false, std::sync::atomic::Ordering::AcqRel)
+            {
+                break;
+            }
             tokio::select! {
                 _ = shared.stop.cancelled() => break,
-                _ = shared.requeue.notified() => {
-                    shared.requeued.store(false, std::sync::atomic::Ordering::Release);
-                }
+                _ = notified => {}
             }
+        }
+        if shared.stop.is_cancelled() {
+            break;
         }
     }
     shared.leadership_tx.send_replace(None);
