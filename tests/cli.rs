@@ -15,8 +15,11 @@ use std::ffi::OsStr;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, zkr};
-use common::{own_server, shared_server, zookeeper};
+use common::zkr::{
+    EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, stubborn_handover,
+    stubborn_script, zkr,
+};
+use common::{own_server, proxy_to, shared_server, zookeeper};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -827,6 +830,63 @@ async fn run_sigkills_a_group_that_ignores_sigterm_after_grace() {
         Some(137)
     );
     assert!(group_gone(pgid), "the stubborn group outlived zkr");
+}
+
+/// A term whose lease is not renewed stops a CMD that ignores SIGTERM inside the lease, before
+/// the quorum can expire the session and a successor can start. A (`--session-timeout 2s`,
+/// the default grace: half of the 850 ms limit) runs a bash loop that ignores SIGTERM and
+/// writes the time every 50 ms; B waits on a direct link. A's link is blackholed: A's term
+/// ends the grace before its lease's deadline (or at once, on a suspension under `standard`),
+/// SIGTERM does nothing, and SIGKILL comes at the grace or the lease, whichever first. B's
+/// term must begin only after A's whole group is gone. Both error policies. Faults: a client
+/// link blackholed; a command that ignores SIGTERM.
+#[tokio::test]
+async fn run_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_successor_starts() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    // The default grace of a 2 s session with the harness's 200 ms tick.
+    let grace = Duration::from_millis(425);
+    // The default policy (standard), then session-expired.
+    for policy in [None, Some("session-expired")] {
+        let proxy = proxy_to(&server).await;
+        let dir = tempfile::tempdir().unwrap();
+        let beats = dir.path().join("a.beats");
+        let path = testing::unique_path("cli-run-stubborn-lease");
+        let script = stubborn_script(&beats);
+        let mut a_args = vec!["--session-timeout", "2s", "run", &path, "--id", "a"];
+        if let Some(policy) = policy {
+            a_args.extend(["--error-policy", policy]);
+        }
+        a_args.extend(["--", "bash", "-c", &script]);
+        let b_args = ["run", &path, "--id", "b", "--", "sleep", "1000"];
+        let mut groups = Groups::default();
+        let (mut a, mut b, handover) = stubborn_handover(
+            &proxy,
+            server.connect_string(),
+            &path,
+            &a_args[..],
+            &b_args[..],
+            &beats,
+            &mut groups,
+        )
+        .await;
+        let policy = policy.unwrap_or("default policy");
+        handover.check(&format!("zkr run, {policy}"), grace);
+        proxy.heal();
+        assert_eq!(
+            a.exit(BOUND, "A after its command was SIGKILLed")
+                .await
+                .code(),
+            Some(137),
+            "{}",
+            a.context()
+        );
+        b.signal(Signal::SIGTERM);
+        assert_eq!(b.exit(BOUND, "B after SIGTERM").await.code(), Some(143));
+    }
 }
 
 #[tokio::test]

@@ -16,8 +16,10 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{Groups, Line, Zkr, assert_usage_error, group_gone, zkr};
-use common::{shared_server, zookeeper};
+use common::zkr::{
+    Groups, Line, Zkr, assert_usage_error, group_gone, stubborn_handover, stubborn_script, zkr,
+};
+use common::{own_server, proxy_to, shared_server, zookeeper};
 use nix::sys::signal::{Signal, killpg};
 use serde_json::Value;
 use zookeeper_recipes::job::Schedule;
@@ -895,6 +897,97 @@ async fn a_name_is_a_job_under_cron() {
     stop(&mut r).await;
     let records = history(connect, &name).await;
     assert!(!records.is_empty(), "no history under /cron/{name}");
+}
+
+/// A term whose lease is not renewed stops a slot's CMD that ignores SIGTERM inside the lease,
+/// before the quorum can expire the session and the next replica can start. Replica A
+/// (`--session-timeout 2s`, the default grace: half of the 850 ms limit) runs a slot whose
+/// command ignores SIGTERM and writes the time every 50 ms; replica B stands on a direct link.
+/// A's link is blackholed: SIGKILL comes at the grace or the lease, whichever first, and B's
+/// term (in which it takes the cut-off slot up again) must begin only after A's whole group
+/// is gone. Both error policies. Faults: a client link blackholed; a command that ignores
+/// SIGTERM.
+#[tokio::test]
+async fn a_slot_cmd_that_ignores_sigterm_is_stopped_inside_the_lease_before_the_next_leader_starts()
+{
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let connect = server.connect_string();
+    // The default grace of a 2 s session with the harness's 200 ms tick.
+    let grace = Duration::from_millis(425);
+    // The default policy (standard), then session-expired.
+    for policy in [None, Some("session-expired")] {
+        let proxy = proxy_to(&server).await;
+        let dir = tempfile::tempdir().unwrap();
+        let beats = dir.path().join("a.beats");
+        let path = testing::unique_path("cron-stubborn-lease");
+        let script = stubborn_script(&beats);
+        let mut a_args = vec![
+            "--session-timeout",
+            "2s",
+            "cron",
+            "run",
+            &path,
+            "--id",
+            "a",
+            "--every",
+            "1s",
+        ];
+        if let Some(policy) = policy {
+            a_args.extend(["--error-policy", policy]);
+        }
+        a_args.extend(["--", "bash", "-c", &script]);
+        let b_args = [
+            "--session-timeout",
+            STEADY,
+            "cron",
+            "run",
+            &path,
+            "--id",
+            "b",
+            "--every",
+            "1s",
+            "--",
+            "true",
+        ];
+        let mut groups = Groups::default();
+        let (mut a, mut b, handover) = stubborn_handover(
+            &proxy,
+            connect,
+            &format!("{path}/leader"),
+            &a_args[..],
+            &b_args[..],
+            &beats,
+            &mut groups,
+        )
+        .await;
+        let policy = policy.unwrap_or("default policy");
+        handover.check(&format!("zkr cron run, {policy}"), grace);
+        // A's slot, cut off, is B's to run again.
+        let cut = a
+            .seen
+            .iter()
+            .find(|l| l.event() == "slot_started")
+            .map(|l| l.str("slot").to_owned())
+            .expect("A started a slot before its command");
+        let rerun = b
+            .seen
+            .iter()
+            .find(|l| l.event() == "slot_started")
+            .expect("B's command started for a slot");
+        assert_eq!(
+            (rerun.str("slot"), rerun.int("attempt")),
+            (cut.as_str(), 2),
+            "B's first slot is not A's, run again\n{}",
+            b.context()
+        );
+        proxy.heal();
+        stop(&mut b).await;
+        stop(&mut a).await;
+    }
 }
 
 #[tokio::test]
