@@ -874,7 +874,61 @@ async fn run_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_succes
         )
         .await;
         let policy = policy.unwrap_or("default policy");
-        handover.check(&format!("zkr run, {policy}"), grace);
+        handover.check(&format!("zkr run, {policy}"), grace, true);
+        proxy.heal();
+        assert_eq!(
+            a.exit(BOUND, "A after its command was SIGKILLed")
+                .await
+                .code(),
+            Some(137),
+            "{}",
+            a.context()
+        );
+        b.signal(Signal::SIGTERM);
+        assert_eq!(b.exit(BOUND, "B after SIGTERM").await.code(), Some(143));
+    }
+}
+
+/// `zkr lock` under the same fault as `run` above: the holder's command, which ignores
+/// SIGTERM, is gone before the next holder's term begins. Unlike `run`, a lock's term whose
+/// lease lapses ends at the lease's deadline itself, so CMD gets no grace then (SIGKILL with
+/// SIGTERM); it does when a suspension ends the term first (`standard`). Both error policies.
+/// Faults: a client link blackholed; a command that ignores SIGTERM.
+#[tokio::test]
+async fn lock_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_next_holder_starts() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let grace = Duration::from_millis(425);
+    for policy in [None, Some("session-expired")] {
+        let proxy = proxy_to(&server).await;
+        let dir = tempfile::tempdir().unwrap();
+        let beats = dir.path().join("a.beats");
+        let path = testing::unique_path("cli-lock-stubborn-lease");
+        let script = stubborn_script(&beats);
+        let mut a_args = vec!["--session-timeout", "2s", "lock", &path, "--id", "a"];
+        if let Some(policy) = policy {
+            a_args.extend(["--error-policy", policy]);
+        }
+        a_args.extend(["--", "bash", "-c", &script]);
+        let b_args = ["lock", &path, "--id", "b", "--", "sleep", "1000"];
+        let mut groups = Groups::default();
+        let (mut a, mut b, handover) = stubborn_handover(
+            &proxy,
+            server.connect_string(),
+            &path,
+            &a_args[..],
+            &b_args[..],
+            &beats,
+            &mut groups,
+        )
+        .await;
+        let policy = policy.unwrap_or("default policy");
+        // An InterProcessMutex's term ends at its lease's deadline itself (the mutex has no
+        // stop_ahead): when that is what ends it, SIGKILL follows SIGTERM at once.
+        handover.check(&format!("zkr lock, {policy}"), grace, false);
         proxy.heal();
         assert_eq!(
             a.exit(BOUND, "A after its command was SIGKILLed")

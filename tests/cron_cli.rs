@@ -965,7 +965,7 @@ async fn a_slot_cmd_that_ignores_sigterm_is_stopped_inside_the_lease_before_the_
         )
         .await;
         let policy = policy.unwrap_or("default policy");
-        handover.check(&format!("zkr cron run, {policy}"), grace);
+        handover.check(&format!("zkr cron run, {policy}"), grace, true);
         // A's slot, cut off, is B's to run again.
         let cut = a
             .seen

@@ -379,8 +379,9 @@ pub struct Handover {
 impl Handover {
     /// Prints the figures (ms after the blackhole) and asserts that the successor began only
     /// after A's whole group was gone, and that SIGKILL came no later than the grace after
-    /// SIGTERM.
-    pub fn check(&self, what: &str, grace: Duration) {
+    /// SIGTERM; with `full_grace`, no sooner either (the term ended the grace before its
+    /// lease's deadline).
+    pub fn check(&self, what: &str, grace: Duration, full_grace: bool) {
         let at = |t: BootTime| boot_ms(self.holed, t);
         let gap = boot_ms(self.gone, self.successor);
         eprintln!(
@@ -422,9 +423,15 @@ impl Handover {
             boot_ms(self.successor, self.last_beat)
         );
         let waited = boot_ms(self.sigterm.boot("boot_ns"), self.sigkill.boot("boot_ns"));
+        let grace_ms = grace.as_secs_f64() * 1000.0;
         assert!(
-            waited <= grace.as_secs_f64() * 1000.0 + 150.0,
+            waited <= grace_ms + 150.0,
             "{what}: SIGKILL came {waited:.0} ms after SIGTERM, with a grace of {grace:?}"
+        );
+        assert!(
+            !full_grace || waited >= grace_ms - 20.0,
+            "{what}: SIGKILL came {waited:.0} ms after SIGTERM: the command did not get its \
+             grace of {grace:?} inside the lease"
         );
     }
 }
