@@ -1276,6 +1276,150 @@ async fn bad_arguments_exit_2_with_usage() {
     }
 }
 
+/// `--server-tick-time` takes a positive humantime duration: anything else is a usage error
+/// (exit code 2), before zkr connects.
+#[tokio::test]
+async fn a_server_tick_time_that_is_not_a_positive_duration_exits_2_with_usage() {
+    for tick in ["0", "0s", "abc", "-1s", ""] {
+        assert_usage_error(&["--server-tick-time", tick, "leader", "x"]).await;
+        assert_usage_error(&["run", "x", "--server-tick-time", tick, "--", "true"]).await;
+    }
+}
+
+/// The lease counts with the servers' tick; without `--server-tick-time`, zkr assumes one and
+/// the library warns about it (seen with `ZKR_LOG=zookeeper_recipes=warn`); given, no warning.
+#[tokio::test]
+async fn an_assumed_server_tick_is_warned_about_and_a_given_one_is_not() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cli-tick");
+    for (tick, warned) in [(None, true), (Some("200ms"), false)] {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_zkr"));
+        c.args(["--connect", server.connect_string()]);
+        if let Some(tick) = tick {
+            c.args(["--server-tick-time", tick]);
+        }
+        c.args(["leader", &path])
+            .env_remove("ZK_CONNECT")
+            .env("ZKR_LOG", "zookeeper_recipes=warn")
+            .stdin(std::process::Stdio::null());
+        let out = tokio::time::timeout(BOUND, c.output())
+            .await
+            .unwrap_or_else(|_| panic!("zkr leader (tick {tick:?}) did not finish in {BOUND:?}"))
+            .expect("zkr ran");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "zkr leader (tick {tick:?}): {err}");
+        assert_eq!(
+            err.contains("tickTime is not configured") && err.contains("--server-tick-time"),
+            warned,
+            "--server-tick-time {tick:?}: stderr was:\n{err}"
+        );
+    }
+}
+
+/// A `--grace` that does not fit in the lease of the session timeout is refused before zkr
+/// connects (nothing listens at the connect string): exit code 2 and a message that names the
+/// limit, for `run`, `lock` and `cron run`. A 2 s session with a 200 ms tick leaves 850 ms.
+#[tokio::test]
+async fn a_grace_that_does_not_fit_in_the_lease_is_refused_before_connecting() {
+    let cmds: [&[&str]; 3] = [
+        &["run", "x"],
+        &["lock", "x"],
+        &["cron", "run", "x", "--every", "1m"],
+    ];
+    for cmd in cmds {
+        for grace in ["5s", "851ms"] {
+            let mut args = vec![
+                "--connect",
+                "127.0.0.1:1",
+                "--server-tick-time",
+                "200ms",
+                "--session-timeout",
+                "2s",
+            ];
+            args.extend_from_slice(cmd);
+            args.extend(["--grace", grace, "--", "true"]);
+            let out = tokio::time::timeout(
+                BOUND,
+                tokio::process::Command::new(env!("CARGO_BIN_EXE_zkr"))
+                    .args(&args)
+                    .env_remove("ZK_CONNECT")
+                    .stdin(std::process::Stdio::null())
+                    .output(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("zkr {args:?} did not give up at once"))
+            .expect("zkr ran");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "zkr {args:?}: {err}");
+            assert!(
+                err.contains(&format!("--grace {grace} does not fit"))
+                    && err.contains("at most 850ms"),
+                "zkr {args:?} should name the limit: {err}"
+            );
+        }
+    }
+}
+
+/// Without `--grace`, CMD's grace is 5 s lowered to half the limit the lease leaves: 425 ms
+/// for a 2 s session with a 200 ms tick. A grace at the limit (850 ms) is taken as it is. Seen
+/// as the time from SIGTERM to SIGKILL of a command that ignores SIGTERM, when zkr is told
+/// to stop.
+#[tokio::test]
+async fn without_grace_cmd_gets_half_the_limit_and_a_grace_at_the_limit_is_taken() {
+    if !zookeeper() {
+        return;
+    }
+    // Timing: one at a time.
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    for (grace, expected) in [(None, 425), (Some("850ms"), 850)] {
+        let path = testing::unique_path("cli-grace-default");
+        let mut args = vec!["--session-timeout", "2s", "run", &path];
+        if let Some(grace) = grace {
+            args.extend(["--grace", grace]);
+        }
+        args.extend(["--", "sh", "-c", "trap '' TERM; sleep 1000 & wait"]);
+        let mut groups = Groups::default();
+        let mut r = Zkr::supervisor(connect, "run", &args);
+        let started = r
+            .wait_for("cmd_started", BOUND, "the runner never started its command")
+            .await;
+        let pgid = groups.add(&started);
+        eventually(BOUND, "the command's child did not start", || {
+            group_members(pgid).len() >= 2
+        })
+        .await;
+        r.signal(Signal::SIGTERM);
+        let term = r
+            .wait_for("cmd_signalled", BOUND, "no SIGTERM to the command")
+            .await;
+        let kill = r
+            .wait_for("cmd_signalled", BOUND, "no SIGKILL after the grace")
+            .await;
+        assert_eq!(
+            (term.str("signal"), kill.str("signal"), kill.str("reason")),
+            ("SIGTERM", "SIGKILL", "grace_expired")
+        );
+        let waited = (kill.int("boot_ns") - term.int("boot_ns")) as f64 / 1e6;
+        eprintln!("--grace {grace:?}: SIGTERM to SIGKILL {waited:.0} ms (expected {expected} ms)");
+        let expected = f64::from(expected);
+        assert!(
+            waited >= expected - 10.0 && waited <= expected + 200.0,
+            "--grace {grace:?}: SIGKILL came {waited:.0} ms after SIGTERM, not {expected} ms"
+        );
+        assert_eq!(
+            r.exit(BOUND, "zkr after SIGKILLing its command")
+                .await
+                .code(),
+            Some(137)
+        );
+    }
+}
+
 #[tokio::test]
 async fn recipes_on_a_path_the_server_refuses_exit_1_saying_why() {
     if !zookeeper() {
