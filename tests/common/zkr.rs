@@ -521,3 +521,28 @@ pub async fn stubborn_handover<A: AsRef<OsStr>, B: AsRef<OsStr>>(
     };
     (a, b, handover)
 }
+
+/// libfaketime's preload library, for a zkr whose wall clock is off: installed with Debian's
+/// `faketime` package when missing, where the harness may install (as it installs ZooKeeper).
+/// `None` (the test skips, saying why) where it can be neither found nor installed; under
+/// `CI=true` that fails the test instead.
+pub fn libfaketime() -> Option<std::path::PathBuf> {
+    match zookeeper_recipes::testing::provision::libfaketime() {
+        Ok(lib) => Some(lib),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") => {
+            panic!("libfaketime is required under CI=true: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping a test that needs libfaketime: {e}");
+            None
+        }
+    }
+}
+
+/// Makes `cmd` (a zkr, and the commands it starts) see the wall clock shifted by `offset`
+/// (libfaketime's syntax: `+1h`, `-30s`); its monotonic and boot clocks stay the machine's.
+pub fn skew_wall_clock(cmd: &mut Command, lib: &Path, offset: &str) {
+    cmd.env("LD_PRELOAD", lib)
+        .env("FAKETIME", offset)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+}
