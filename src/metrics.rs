@@ -29,7 +29,9 @@
 //! | `zookeeper_recipes_job_slots_not_run_total` | counter | `path`, `id`, `reason` | slots recorded as not run: `overlap`, `paused`, `catch_up` (each slot of a folded `missed` range counts) |
 //! | `zookeeper_recipes_job_run_duration_seconds` | histogram | `path`, `id`, `outcome` | how long this replica's runs took, from the claim to the recorded end (`succeeded`, `failed`, `abandoned`) |
 //! | `zookeeper_recipes_job_running` | gauge | `path`, `id` | 1 while this replica runs a slot, else 0 |
-//! | `zookeeper_recipes_job_last_success_timestamp_seconds` | gauge | `path`, `id` | wall-clock time (Unix seconds) of the last slot end this replica recorded `succeeded`. For a "the nightly job has not succeeded for 26 h" alert, take the `max` over `id`: the replicas lead in turn, and a replica that just started has none |
+//! | `zookeeper_recipes_job_last_success_timestamp_seconds` | gauge | `path`, `id` | the ensemble's time (Unix seconds; the `mtime` of the job's writes, not this replica's clock) of the last slot end this replica recorded `succeeded`. For a "the nightly job has not succeeded for 26 h" alert, take the `max` over `id`: the replicas lead in turn, and a replica that just started has none |
+//! | `zookeeper_recipes_job_clock_offset_seconds` | gauge | `path`, `id` | this replica's wall clock minus the ensemble's (positive: ahead), as last measured while it led the job; alert when its absolute value nears the job's clock tolerance |
+//! | `zookeeper_recipes_job_clock_skew_terms_total` | counter | `path`, `id` | terms this replica gave up because its wall clock was off the ensemble's by more than the clock tolerance (it took up no slot in them) |
 //!
 //! The names are constants in this module, so that a dashboard or a test can refer to them.
 
@@ -72,8 +74,13 @@ pub const JOB_SLOTS_NOT_RUN: &str = "zookeeper_recipes_job_slots_not_run_total";
 pub const JOB_RUN_DURATION: &str = "zookeeper_recipes_job_run_duration_seconds";
 /// 1 while a scheduled job's replica runs a slot.
 pub const JOB_RUNNING: &str = "zookeeper_recipes_job_running";
-/// When a scheduled job's replica last recorded a slot `succeeded` (Unix seconds).
+/// When a scheduled job's replica last recorded a slot `succeeded` (Unix seconds, the
+/// ensemble's clock).
 pub const JOB_LAST_SUCCESS: &str = "zookeeper_recipes_job_last_success_timestamp_seconds";
+/// A scheduled job's replica's wall clock minus the ensemble's, in seconds.
+pub const JOB_CLOCK_OFFSET: &str = "zookeeper_recipes_job_clock_offset_seconds";
+/// Terms a scheduled job's replica gave up because its clock was off the ensemble's.
+pub const JOB_CLOCK_SKEW_TERMS: &str = "zookeeper_recipes_job_clock_skew_terms_total";
 
 #[cfg(feature = "metrics")]
 fn labels(path: &str, id: &str) -> [(&'static str, String); 2] {
@@ -195,9 +202,21 @@ pub(crate) fn job_event(
             JobEvent::SlotMissed { count, reason, .. } => {
                 metrics::counter!(JOB_SLOTS_NOT_RUN, &with("reason", reason)).increment(*count);
             }
+            JobEvent::ClockSkew { .. } => {
+                metrics::counter!(JOB_CLOCK_SKEW_TERMS, &l).increment(1);
+            }
             _ => {}
         }
     }
+}
+
+/// A scheduled job's replica on `path` measured its wall clock `offset_ms` off the ensemble's.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_clock_offset(path: &str, id: &str, offset_ms: i64) {
+    // Milliseconds as f64 seconds: exact for any offset a clock can have.
+    #[cfg(feature = "metrics")]
+    #[allow(clippy::cast_precision_loss)]
+    metrics::gauge!(JOB_CLOCK_OFFSET, &labels(path, id)).set(offset_ms as f64 / 1000.0);
 }
 
 /// A scheduled job's replica on `path` stopped running a slot (its end recorded, refused, or

@@ -6,10 +6,11 @@
 //! `<job>/slots/<slot key>` *before* it starts and *after* it ends, in multis that first check
 //! the leader's own election node ([`Leadership::fenced`]). A deposed or frozen leader can
 //! therefore neither claim, finish nor skip a slot, whatever it believes; a new leader reads,
-//! for every slot, whether it was done, started and cut off, or never started. Wall clocks
-//! decide only when a slot is due; the slot records and a compare-and-set on the job's cursor
-//! decide how many times it runs, so clock skew between replicas can delay a run but never
-//! double it.
+//! for every slot, whether it was done, started and cut off, or never started. The
+//! ensemble's clock (the `mtime` its own writes come back with) decides when a slot is due, not
+//! the leader's wall clock; the slot records and a compare-and-set on the job's cursor decide
+//! how many times it runs. A replica whose wall clock is off the ensemble's by more than a
+//! tolerance takes up no slot and leaves the election for a while.
 //!
 //! The protocol, each policy and the failure table are in `recipes/scheduled-job.md`, included
 //! below.
@@ -35,23 +36,25 @@
 
 #![doc = include_str!("../../recipes/scheduled-job.md")]
 
+mod ensemble;
 mod record;
 mod schedule;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 use zookeeper_client::CreateMode;
 
 pub use record::{SlotRange, SlotRecord, SlotState};
 pub use schedule::{Schedule, SkewedClock, SystemClock, WallClock};
 
 use crate::acl::NodeAcl;
+use crate::clock::BootTime;
 use crate::contender::{self, Participant};
 use crate::error::{Error, Result};
 use crate::fencing::{FencedOp, FencedResult, FencingToken, Leadership};
@@ -59,18 +62,39 @@ use crate::leader::{BoxError, LeaderSelector, SelectorState};
 use crate::path;
 use crate::session::Session;
 use crate::state::ErrorPolicy;
-use record::{Control, JobState, trigger_key};
+use ensemble::EnsembleClock;
+use record::{Control, JobState, UNPLACED, trigger_key};
 
 /// The most slot records a job may keep ([`ScheduledJobBuilder::history_limit`]).
 pub const MAX_HISTORY: usize = 10_000;
 
-/// How long the loop sleeps at most before it reads the wall clock again, so that a clock
-/// stepped forward is noticed within this, and a stepped-back one does not oversleep.
+/// How long the loop sleeps at most before it reads the clock again: tokio's timers run on the
+/// monotonic clock, which stands still in a host suspend, so a slot that came due during one is
+/// noticed within this after the resume.
 const TICK: Duration = Duration::from_secs(1);
 
-/// A wake-up later than asked by more than this means the loop was stalled (frozen process,
-/// starved runtime): the slots found due then are late and go through the catch-up policy.
+/// A wake-up later than asked by more than this, on the boot clock, means the loop was stalled
+/// (a frozen process, a starved runtime, a host suspend): the slots found due then are late and
+/// go through the catch-up policy.
 const STALL: Duration = Duration::from_secs(2);
+
+/// The default [`ScheduledJobBuilder::clock_tolerance`].
+pub const DEFAULT_CLOCK_TOLERANCE: Duration = Duration::from_secs(10);
+
+/// A sample of the ensemble's clock older than this is renewed (one compare-and-set of `state`
+/// onto itself) before the loop takes up work by it, so that the drift between this host's
+/// boot clock and the ensemble's wall clock stays in the milliseconds.
+const SAMPLE_MAX_AGE: Duration = Duration::from_secs(60);
+
+/// How soon the next slot must be due for a stale sample to be renewed while the loop waits.
+const SAMPLE_LEAD: Duration = Duration::from_secs(2);
+
+/// How long a replica whose clock was found off the ensemble's stays out of the election after
+/// its first such term; each further one in a row doubles it, up to [`SKEW_HOLD_MAX`].
+const SKEW_HOLD_FIRST: Duration = Duration::from_secs(5);
+
+/// The longest a skewed replica stays out of the election before it measures its clock again.
+const SKEW_HOLD_MAX: Duration = Duration::from_secs(300);
 
 /// How many due slots one pass takes up with catch-up `all` (the rest in the next passes).
 const CATCH_UP_BATCH: u64 = 100;
@@ -197,6 +221,25 @@ pub enum JobEvent {
         /// This replica's.
         to: String,
     },
+    /// This replica's wall clock is off the ensemble's by more than the
+    /// [`clock_tolerance`](ScheduledJobBuilder::clock_tolerance): it took up no slot, gave up
+    /// its term, and stays out of the election for a while before it measures again.
+    ClockSkew {
+        /// This replica's wall clock minus the ensemble's (positive: ahead), in milliseconds.
+        offset_ms: i64,
+        /// The tolerance, in milliseconds.
+        tolerance_ms: u64,
+    },
+    /// The job's cursor was found beyond the ensemble's time plus the clock tolerance (left by
+    /// a leader of an earlier version whose clock ran ahead, or by an operator) and was brought
+    /// back to the newest slot at or before the ensemble's now, so that the next slot runs on
+    /// time. Slots recorded beyond it are not run again.
+    CursorRewound {
+        /// The slot key the cursor stood at.
+        from: String,
+        /// The slot key it was brought back to.
+        to: String,
+    },
 }
 
 /// One run of the job: the slot, the term, the attempt.
@@ -266,7 +309,8 @@ impl SlotRun {
 ///
 /// Implemented for every `Fn(SlotRun) -> impl Future<Output = Result<(), E>>` closure. `Ok`
 /// records the slot succeeded, `Err` failed (with the error's text). A run whose term ends should
-/// stop promptly ([`Leadership::cancelled`]): after the grace period its task is aborted.
+/// stop promptly ([`Leadership::cancelled`]): its task is aborted at the end of its grace or at
+/// the term's lease ([`Leadership::stop_by`]), whichever comes first.
 pub trait SlotJob: Send + Sync + 'static {
     /// Runs one slot.
     fn run(
@@ -303,6 +347,7 @@ pub struct ScheduledJobBuilder {
     error_policy: ErrorPolicy,
     acl: NodeAcl,
     clock: Arc<dyn WallClock>,
+    clock_tolerance: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -441,9 +486,32 @@ impl ScheduledJobBuilder {
         self
     }
 
-    /// The wall clock that decides when slots are due (default [`SystemClock`]). Tests step it.
+    /// This replica's own wall clock (default [`SystemClock`]); tests step it. It decides
+    /// nothing about the schedule: the ensemble's clock does (the `mtime` of the job's own
+    /// writes). It is read only to measure how far it is from the ensemble's, against the
+    /// [`clock_tolerance`](Self::clock_tolerance).
     pub fn wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// How far this replica's wall clock may be from the ensemble's before it takes up no slot
+    /// (default [`DEFAULT_CLOCK_TOLERANCE`], 10 s; not zero).
+    ///
+    /// The ensemble's clock decides when slots are due whatever this replica's clock says, but
+    /// the job itself reads this host's clock (a business date taken from "now", timestamps it
+    /// writes, certificates it checks, a `zkr cron` command's `date`): a replica whose clock is
+    /// off by more than this gives up its term ([`JobEvent::ClockSkew`], an `error!`, the
+    /// metrics `zookeeper_recipes_job_clock_offset_seconds` and
+    /// `zookeeper_recipes_job_clock_skew_terms_total`) so that an honest replica leads, and
+    /// stays out of the election for 5 s, doubling with each further skewed term in a row up
+    /// to 5 min, before it measures again. The default, 10 s, is far above what an
+    /// NTP-disciplined host is off by (milliseconds) and than a measurement's error (half a
+    /// round trip), so an honest replica is never refused, and well below the offsets that
+    /// break jobs (a VM restored from a template or snapshot, a bad time source: minutes to
+    /// days).
+    pub fn clock_tolerance(mut self, tolerance: Duration) -> Self {
+        self.clock_tolerance = tolerance;
         self
     }
 
@@ -453,8 +521,8 @@ impl ScheduledJobBuilder {
     /// [`Error::InvalidPath`] for a relative or malformed path; [`Error::InvalidSchedule`] for
     /// a missing or bad schedule (expression, zone, interval); [`Error::InvalidArgument`] for
     /// an id that breaks [`validate_id`](crate::path::validate_id)'s rules, zero max attempts,
-    /// or a history limit of 0 or above [`MAX_HISTORY`]; [`Error::GraceTooLong`] for a grace
-    /// that does not fit in the session's lease.
+    /// a history limit of 0 or above [`MAX_HISTORY`], or a zero clock tolerance;
+    /// [`Error::GraceTooLong`] for a grace that does not fit in the session's lease.
     pub fn build(self) -> Result<PreparedJob> {
         path::validate_path(&self.path)?;
         let schedule = match self.schedule {
@@ -483,6 +551,12 @@ impl ScheduledJobBuilder {
                 ),
             });
         }
+        if self.clock_tolerance.is_zero() {
+            return Err(Error::InvalidArgument {
+                what: "clock tolerance",
+                reason: "must be more than zero: no two clocks agree to the nanosecond".into(),
+            });
+        }
         self.acl.check_usable(self.session.has_credentials())?;
         let limit = self.session.grace_limit();
         let grace = self.grace.unwrap_or_else(|| self.session.default_grace());
@@ -502,6 +576,8 @@ impl ScheduledJobBuilder {
                 schedule,
                 policies: self.policies,
                 clock: self.clock,
+                clock_tolerance: self.clock_tolerance,
+                skew: Mutex::new(SkewHold::default()),
                 events: broadcast::channel(1024).0,
                 acl: self.acl,
                 grace,
@@ -545,7 +621,9 @@ impl PreparedJob {
         let for_terms = Arc::clone(&inner);
         let selector = LeaderSelector::builder(&inner.session, path::join(&inner.path, "leader"))
             .id(inner.id.clone())
-            .auto_requeue(true)
+            // Requeued by `requeue_between_terms`: at once, or after a hold-back when the term
+            // found this replica's clock off the ensemble's.
+            .auto_requeue(false)
             // The job's own grace decides when a run is aborted, and how early a term whose
             // lease is not renewed ends; the selector waits beyond it for the loop to record
             // the end (the lease still bounds it).
@@ -562,7 +640,73 @@ impl PreparedJob {
                 async move { TermRun::new(&inner, &term).run(&job).await }.instrument(span)
             })
             .await?;
-        Ok(ScheduledJob { inner, selector })
+        let selector = Arc::new(selector);
+        let requeue = AbortOnDrop(tokio::spawn(
+            requeue_between_terms(
+                Arc::clone(&inner),
+                Arc::downgrade(&selector),
+                selector.watch_state(),
+            )
+            .instrument(info_span!("scheduled_job", path = %inner.path)),
+        ));
+        Ok(ScheduledJob {
+            inner,
+            selector,
+            _requeue: requeue,
+        })
+    }
+}
+
+/// Queues the replica in the job's election again after each term: at once, or, after a term
+/// that found this replica's clock off the ensemble's, once its hold-back has passed, so that a
+/// skewed replica alone does not lead and give up in a loop. Ends when the selector is closed
+/// or gone.
+async fn requeue_between_terms(
+    inner: Arc<Inner>,
+    selector: Weak<LeaderSelector>,
+    mut state: watch::Receiver<SelectorState>,
+) {
+    let clock = inner.session.clock().clone();
+    loop {
+        let idle = match state
+            .wait_for(|s| {
+                matches!(
+                    s,
+                    SelectorState::Idle | SelectorState::Closed | SelectorState::Failed
+                )
+            })
+            .await
+        {
+            Ok(s) => *s == SelectorState::Idle,
+            Err(_) => false,
+        };
+        if !idle {
+            return;
+        }
+        if let Some(until) = inner.take_hold_back() {
+            info!(path = %inner.path, id = %inner.id, hold_ms = (until - clock.now()).as_millis(), "out of the job's election until the hold-back after a clock skew has passed");
+            tokio::select! {
+                () = clock.sleep_until(until) => {}
+                left = state.wait_for(|s| *s != SelectorState::Idle) => {
+                    // Closed (or dropped) meanwhile: done.
+                    let gone = left.map_or(true, |s| {
+                        matches!(*s, SelectorState::Closed | SelectorState::Failed)
+                    });
+                    if gone {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        let Some(selector) = selector.upgrade() else {
+            return;
+        };
+        selector.requeue();
+        drop(selector);
+        if state.wait_for(|s| *s != SelectorState::Idle).await.is_err() {
+            return;
+        }
     }
 }
 
@@ -574,6 +718,10 @@ struct Inner {
     schedule: Schedule,
     policies: Policies,
     clock: Arc<dyn WallClock>,
+    /// How far this replica's wall clock may be from the ensemble's.
+    clock_tolerance: Duration,
+    /// Terms given up in a row for a clock skew, and until when to stay out of the election.
+    skew: Mutex<SkewHold>,
     events: broadcast::Sender<JobEvent>,
     acl: NodeAcl,
     grace: Duration,
@@ -581,6 +729,47 @@ struct Inner {
     stop_ahead: Duration,
     /// Whether slots may start, and whether one runs ([`ScheduledJob::drain`]).
     activity: watch::Sender<Activity>,
+}
+
+/// How long a replica stays out of the election after its `terms`th skewed term in a row:
+/// [`SKEW_HOLD_FIRST`], doubling, at most [`SKEW_HOLD_MAX`].
+fn skew_hold_back(terms: u32) -> Duration {
+    let doubling = 2u32.saturating_pow(terms.saturating_sub(1).min(16));
+    SKEW_HOLD_FIRST.saturating_mul(doubling).min(SKEW_HOLD_MAX)
+}
+
+/// A skewed replica's hold-back: how many terms in a row found its clock off the ensemble's,
+/// and until when it stays out of the election.
+#[derive(Debug, Default)]
+struct SkewHold {
+    terms: u32,
+    until: Option<BootTime>,
+}
+
+impl Inner {
+    /// A term found the clock off the ensemble's at `at`: the hold-back before the replica
+    /// stands again (5 s, doubling with each such term in a row, at most 5 min).
+    fn hold_back_after_skew(&self, at: BootTime) -> Duration {
+        let Ok(mut hold) = self.skew.lock() else {
+            return SKEW_HOLD_FIRST;
+        };
+        hold.terms = hold.terms.saturating_add(1);
+        let back = skew_hold_back(hold.terms);
+        hold.until = Some(at + back);
+        back
+    }
+
+    /// A term found the clock within the tolerance: the next skew starts the hold-back afresh.
+    fn clock_agrees(&self) {
+        if let Ok(mut hold) = self.skew.lock() {
+            hold.terms = 0;
+        }
+    }
+
+    /// The end of the hold-back the last term asked for, if any (taken: asked once).
+    fn take_hold_back(&self) -> Option<BootTime> {
+        self.skew.lock().ok().and_then(|mut hold| hold.until.take())
+    }
 }
 
 /// Whether this replica may start slots, and whether it runs one now.
@@ -629,7 +818,9 @@ impl std::fmt::Debug for dyn WallClock {
 #[derive(Debug)]
 pub struct ScheduledJob {
     inner: Arc<Inner>,
-    selector: LeaderSelector,
+    selector: Arc<LeaderSelector>,
+    /// Queues the replica again after each term (aborted with the job).
+    _requeue: AbortOnDrop<()>,
 }
 
 impl ScheduledJob {
@@ -655,6 +846,7 @@ impl ScheduledJob {
             error_policy: ErrorPolicy::default(),
             acl: NodeAcl::default(),
             clock: Arc::new(SystemClock),
+            clock_tolerance: DEFAULT_CLOCK_TOLERANCE,
         }
     }
 
@@ -927,7 +1119,10 @@ impl JobAdmin {
             schedule: state.as_ref().map(|s| s.spec.clone()),
             paused: control.paused,
             leader,
-            cursor: state.as_ref().map(|s| Schedule::key(s.cursor_ms)),
+            cursor: state
+                .as_ref()
+                .filter(|s| s.cursor_ms != UNPLACED)
+                .map(|s| Schedule::key(s.cursor_ms)),
             triggers_pending: control
                 .triggers
                 .saturating_sub(state.as_ref().map_or(0, |s| s.triggers_done)),
@@ -1145,6 +1340,9 @@ enum RunEnd {
 enum Stop {
     /// The term is over (or the selector is closing): return and let the selector requeue.
     TermOver,
+    /// This replica's wall clock is off the ensemble's: the term is given up (the requeue
+    /// waits out the hold-back).
+    ClockSkew,
     /// Something went wrong that a reload does not fix.
     Failed(Error),
 }
@@ -1167,14 +1365,19 @@ struct TermRun<'a> {
     control: Control,
     /// Notified when the control node's watch fires.
     control_changed: Arc<tokio::sync::Notify>,
+    /// The watch on the control node: one task, replaced at each reload and aborted with the
+    /// term, so that watch tasks do not pile up across reloads and terms.
+    control_watch: Option<AbortOnDrop<()>>,
     records: BTreeMap<String, (SlotRecord, i32)>,
     queue: VecDeque<Work>,
     buffered: bool,
-    /// While a slot runs: the wall clock and the monotonic clock at its start. A slot counts as
-    /// having come due during the run only up to the start's wall time plus the monotonic time
-    /// since: slots beyond that came due because the wall clock was stepped, not by waiting,
-    /// and are taken up as on time after the run.
-    run_started: Option<(i64, Instant)>,
+    /// The ensemble's clock, learned from this term's writes: it decides what is due.
+    ensemble: EnsembleClock,
+    /// While a slot runs: the ensemble's time and the boot time at its start. A slot counts as
+    /// having come due during the run only up to the start plus the boot time since: slots
+    /// beyond that came due because the estimate moved on a new sample, not by waiting, and
+    /// are taken up as on time after the run.
+    run_started: Option<(i64, BootTime)>,
 }
 
 impl<'a> TermRun<'a> {
@@ -1187,13 +1390,16 @@ impl<'a> TermRun<'a> {
                 spec_hash: String::new(),
                 cursor_ms: 0,
                 triggers_done: 0,
+                tzdb: None,
             },
             state_version: -1,
             control: Control::default(),
             control_changed: Arc::new(tokio::sync::Notify::new()),
+            control_watch: None,
             records: BTreeMap::new(),
             queue: VecDeque::new(),
             buffered: false,
+            ensemble: EnsembleClock::default(),
             run_started: None,
         }
     }
@@ -1210,8 +1416,82 @@ impl<'a> TermRun<'a> {
         path::join(&self.inner.path, "state")
     }
 
+    /// The ensemble's time now, by the lower bound of the estimate ([`EnsembleClock::now_ms`]).
+    /// Every term samples it before it reads the time (its first write, in `load`); before
+    /// that, nothing is due.
     fn now(&self) -> i64 {
-        self.inner.clock.now_ms()
+        self.ensemble
+            .now_ms(self.term.clock().now())
+            .unwrap_or(i64::MIN)
+    }
+
+    fn tolerance_ms(&self) -> i64 {
+        i64::try_from(self.inner.clock_tolerance.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// A fenced write that also samples the ensemble's clock from the `mtime` it reports.
+    async fn fenced(&mut self, ops: Vec<FencedOp>) -> Result<Vec<FencedResult>> {
+        let sent = self.term.clock().now();
+        let results = self.term.fenced(ops).await?;
+        let answered = self.term.clock().now();
+        if let Some(mtime) = results.iter().find_map(FencedResult::mtime_ms) {
+            self.ensemble.sample(mtime, sent, answered);
+        }
+        Ok(results)
+    }
+
+    /// A compare-and-set of `state` onto itself: a write that always reports an `mtime` (a
+    /// multi's create may not: ZOOKEEPER-4026), for a fresh sample of the ensemble's clock.
+    async fn sample_clock(&mut self) -> Result<()> {
+        let same = self.state.clone();
+        self.write_state(same, Vec::new()).await.map(|_| ())
+    }
+
+    /// Whether this replica's wall clock is within the tolerance of the ensemble's; when it is
+    /// not, the term is given up ([`Stop::ClockSkew`]). Measured only on a fresh sample: an old
+    /// one has drifted.
+    fn check_clock(&mut self) -> std::result::Result<(), Stop> {
+        let at = self.term.clock().now();
+        if self.ensemble.age(at).is_none_or(|age| age > SAMPLE_MAX_AGE) {
+            return Ok(());
+        }
+        let Some(offset) = self.ensemble.offset(self.inner.clock.now_ms(), at) else {
+            return Ok(());
+        };
+        crate::metrics::job_clock_offset(&self.inner.path, &self.inner.id, offset.offset_ms);
+        if !offset.beyond(self.inner.clock_tolerance) {
+            self.inner.clock_agrees();
+            return Ok(());
+        }
+        let hold = self.inner.hold_back_after_skew(at);
+        let tolerance_ms = u64::try_from(self.tolerance_ms()).unwrap_or(u64::MAX);
+        error!(
+            path = %self.inner.path,
+            id = %self.inner.id,
+            token = %self.term.token(),
+            offset_ms = offset.offset_ms,
+            tolerance_ms,
+            hold_back_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+            "this replica's wall clock is off the ensemble's by more than the tolerance: it takes up no slot, gives up its term and stays out of the election for the hold-back (fix the host's time source)"
+        );
+        self.emit(JobEvent::ClockSkew {
+            offset_ms: offset.offset_ms,
+            tolerance_ms,
+        });
+        Err(Stop::ClockSkew)
+    }
+
+    /// Whether the loop has something to take up now or within [`SAMPLE_LEAD`]: then a stale
+    /// sample of the ensemble's clock is renewed first.
+    fn work_is_near(&self) -> bool {
+        let lead = i64::try_from(SAMPLE_LEAD.as_millis()).unwrap_or(0);
+        !self.queue.is_empty()
+            || self.control.triggers > self.state.triggers_done
+            || self
+                .inner
+                .schedule
+                .next_after(self.state.cursor_ms)
+                .is_some_and(|next| next <= self.now().saturating_add(lead))
     }
 
     fn emit(&self, event: JobEvent) {
@@ -1219,7 +1499,7 @@ impl<'a> TermRun<'a> {
             &self.inner.path,
             &self.inner.id,
             &event,
-            self.run_started.map(|(_, at)| at.elapsed()),
+            self.run_started.map(|(_, at)| self.term.clock().now() - at),
             self.now(),
         );
         let _ = self.inner.events.send(event);
@@ -1227,7 +1507,7 @@ impl<'a> TermRun<'a> {
 
     async fn run<J: SlotJob>(mut self, job: &Arc<J>) -> std::result::Result<(), BoxError> {
         match self.lead(job).await {
-            Ok(()) | Err(Stop::TermOver) => Ok(()),
+            Ok(()) | Err(Stop::TermOver) | Err(Stop::ClockSkew) => Ok(()),
             Err(Stop::Failed(e)) => {
                 warn!(error = %e, "scheduled job stops leading after an error");
                 Err(Box::new(e))
@@ -1237,6 +1517,7 @@ impl<'a> TermRun<'a> {
 
     async fn lead<J: SlotJob>(&mut self, job: &Arc<J>) -> std::result::Result<(), Stop> {
         self.load_with_retries().await?;
+        self.check_clock()?;
         self.recover().await?;
         info!(
             token = %self.term.token(),
@@ -1269,6 +1550,7 @@ impl<'a> TermRun<'a> {
                     self.queue.clear();
                     self.buffered = false;
                     self.load_with_retries().await?;
+                    self.check_clock()?;
                     self.recover().await?;
                     late = true;
                 }
@@ -1295,6 +1577,17 @@ impl<'a> TermRun<'a> {
             debug!("the job's controls changed");
             self.reload_control(true).await?;
         }
+        // Time is the ensemble's, from a recent sample, and this replica's clock agrees with
+        // it, before anything is taken up.
+        let stale = self
+            .ensemble
+            .age(self.term.clock().now())
+            .is_none_or(|age| age > SAMPLE_MAX_AGE);
+        if stale && self.work_is_near() {
+            debug!("renewing the sample of the ensemble's clock before taking up work");
+            self.sample_clock().await?;
+        }
+        self.check_clock()?;
         if self.control.paused {
             if let Some(work) = self.take_up_queued_while_paused().await? {
                 return self.run_slot(job, work).await;
@@ -1325,7 +1618,7 @@ impl<'a> TermRun<'a> {
             return Ok(());
         }
         let wait = self.until_next_slot();
-        let before = Instant::now();
+        let before = self.term.clock().now();
         let control_changed = Arc::clone(&self.control_changed);
         tokio::select! {
             biased;
@@ -1336,7 +1629,8 @@ impl<'a> TermRun<'a> {
             }
             _ = tokio::time::sleep(wait) => {}
         }
-        *late = before.elapsed() > wait + STALL;
+        // On the boot clock: a host suspend during the wait is a stall too.
+        *late = self.term.clock().now() - before > wait + STALL;
         Ok(())
     }
 
@@ -1359,59 +1653,113 @@ impl<'a> TermRun<'a> {
         }
     }
 
+    /// Reads the job's nodes. The term's first write is a compare-and-set of `state` onto
+    /// itself (after creating it, for a new job), which samples the ensemble's clock before
+    /// anything reads the time. Then, unless this replica's clock is off the ensemble's (the
+    /// caller gives the term up), it aligns `state` with the ensemble's time and this replica's
+    /// schedule.
     async fn load(&mut self) -> Result<()> {
         let client = self.inner.session.client()?;
-        // The records' parent, created fenced like every other write of the job.
-        match self
-            .term
-            .fenced([FencedOp::create(self.slots_path(), Vec::new())])
-            .await
-        {
-            Ok(_) | Err(Error::Zookeeper(zookeeper_client::Error::NodeExists)) => {}
-            Err(e) => return Err(e),
-        }
-        let spec = self.inner.schedule.spec();
-        let hash = self.inner.schedule.spec_hash();
-        let now = self.now();
-        let fresh_cursor = self.inner.schedule.latest_at_or_before(now).unwrap_or(now);
         let state_path = self.state_path();
         match client.get_data(&state_path).await {
             Ok((data, stat)) => {
                 self.state = JobState::from_bytes(&state_path, &data)?;
                 self.state_version = stat.version;
-                if self.state.spec_hash != hash {
-                    warn!(from = %self.state.spec, to = %spec, "the job's schedule changed");
-                    self.emit(JobEvent::ScheduleChanged {
-                        from: self.state.spec.clone(),
-                        to: spec.clone(),
-                    });
-                    let mut next = self.state.clone();
-                    next.spec = spec;
-                    next.spec_hash = hash;
-                    if !self.inner.policies.replay_on_change {
-                        next.cursor_ms = next.cursor_ms.max(fresh_cursor);
-                    }
-                    self.write_state(next, Vec::new()).await?;
-                }
             }
             Err(zookeeper_client::Error::NoNode) => {
-                // A new job owes nothing from before it existed.
+                // A new job: its cursor is placed on the ensemble's clock once it is sampled.
                 let state = JobState {
-                    spec,
-                    spec_hash: hash,
-                    cursor_ms: fresh_cursor,
+                    spec: self.inner.schedule.spec(),
+                    spec_hash: self.inner.schedule.spec_hash(),
+                    cursor_ms: UNPLACED,
                     triggers_done: 0,
+                    tzdb: None,
                 };
-                self.term
-                    .fenced([FencedOp::create(&state_path, state.to_bytes())])
+                self.fenced(vec![FencedOp::create(&state_path, state.to_bytes())])
                     .await?;
                 self.state = state;
                 self.state_version = 0;
             }
             Err(e) => return Err(e.into()),
         }
+        self.sample_clock().await?;
+        // The records' parent, created fenced like every other write of the job.
+        match self
+            .fenced(vec![FencedOp::create(self.slots_path(), Vec::new())])
+            .await
+        {
+            Ok(_) | Err(Error::Zookeeper(zookeeper_client::Error::NodeExists)) => {}
+            Err(e) => return Err(e),
+        }
+        let at = self.term.clock().now();
+        let skewed = self
+            .ensemble
+            .offset(self.inner.clock.now_ms(), at)
+            .is_some_and(|o| o.beyond(self.inner.clock_tolerance));
+        if !skewed {
+            self.align_state().await?;
+        }
         self.reload_control(false).await?;
         self.records = read_records(&client, &self.inner.path).await?;
+        Ok(())
+    }
+
+    /// Brings `state` in line with the ensemble's time and this replica's schedule: places a
+    /// new job's cursor at the newest slot at or before the ensemble's now (a new job owes
+    /// nothing from before it existed), brings back a cursor found beyond the ensemble's time
+    /// plus the tolerance, records a schedule change and the tzdata that decides this
+    /// schedule's slots.
+    async fn align_state(&mut self) -> Result<()> {
+        let schedule = &self.inner.schedule;
+        let spec = schedule.spec();
+        let hash = schedule.spec_hash();
+        let now = self.now();
+        let fresh_cursor = schedule.latest_at_or_before(now).unwrap_or(now);
+        let mut next = self.state.clone();
+        if next.cursor_ms == UNPLACED {
+            debug!(cursor = %Schedule::key(fresh_cursor), "a new job's cursor placed on the ensemble's clock");
+            next.cursor_ms = fresh_cursor;
+        } else if next.cursor_ms > now.saturating_add(self.tolerance_ms()) {
+            warn!(
+                cursor = %Schedule::key(next.cursor_ms),
+                ensemble_now = %Schedule::key(now),
+                to = %Schedule::key(fresh_cursor),
+                ahead_ms = next.cursor_ms - now,
+                "the job's cursor is beyond the ensemble's time (left by a leader whose clock ran ahead, or by an operator): bringing it back so that the next slot runs on time"
+            );
+            self.emit(JobEvent::CursorRewound {
+                from: Schedule::key(next.cursor_ms),
+                to: Schedule::key(fresh_cursor),
+            });
+            next.cursor_ms = fresh_cursor;
+        }
+        if next.spec_hash != hash {
+            warn!(from = %next.spec, to = %spec, "the job's schedule changed");
+            self.emit(JobEvent::ScheduleChanged {
+                from: next.spec.clone(),
+                to: spec.clone(),
+            });
+            next.spec = spec;
+            next.spec_hash = hash;
+            if !self.inner.policies.replay_on_change {
+                next.cursor_ms = next.cursor_ms.max(fresh_cursor);
+            }
+        }
+        let tzdb = self.inner.schedule.tzdb_version();
+        if let (Some(recorded), Some(ours)) = (next.tzdb.as_deref(), tzdb)
+            && recorded != ours
+        {
+            warn!(
+                recorded,
+                ours,
+                schedule = %next.spec,
+                "the last leader of this job computed its slots with another IANA tzdata release: where the two releases disagree about the zone, one local time has two slot keys and may run twice (or not at all); build every replica with the same chrono-tz"
+            );
+        }
+        next.tzdb = tzdb.map(str::to_owned);
+        if next != self.state {
+            self.write_state(next, Vec::new()).await?;
+        }
         Ok(())
     }
 
@@ -1427,12 +1775,13 @@ impl<'a> TermRun<'a> {
                 Ok((data, _, watcher)) => {
                     self.control = Control::from_bytes(&control_path, &data)?;
                     // The watch fires once (a change, or the session's end); a reload sets
-                    // the next one.
+                    // the next one, and its task replaces (aborts) the one before, which may
+                    // still be waiting (a reload after a failure, not after a change).
                     let changed = Arc::clone(&self.control_changed);
-                    tokio::spawn(async move {
+                    self.control_watch = Some(AbortOnDrop(tokio::spawn(async move {
                         let _ = watcher.changed().await;
                         changed.notify_one();
-                    });
+                    })));
                     break;
                 }
                 Err(zookeeper_client::Error::NoNode) => {
@@ -1558,8 +1907,7 @@ impl<'a> TermRun<'a> {
         record.reason = Some(reason.to_owned());
         record.ended_ms = Some(self.now());
         let results = self
-            .term
-            .fenced([FencedOp::SetData {
+            .fenced(vec![FencedOp::SetData {
                 path: self.slot_path(key),
                 data: record.to_bytes(),
                 version: Some(version),
@@ -1581,19 +1929,32 @@ impl<'a> TermRun<'a> {
             .insert(key.to_owned(), (record, version.unwrap_or(0)));
     }
 
-    /// Writes the job's state (compare-and-set on its version) with `ops`, fenced.
+    /// Writes the job's state (compare-and-set on its version) with `ops`, fenced. The cursor
+    /// never moves past the ensemble's time plus the clock tolerance: such a write is refused
+    /// before it is sent (it would be a bug of this loop).
     async fn write_state(
         &mut self,
         next: JobState,
         mut ops: Vec<FencedOp>,
     ) -> Result<Vec<FencedResult>> {
+        let limit = self.now().saturating_add(self.tolerance_ms());
+        if next.cursor_ms > self.state.cursor_ms && next.cursor_ms > limit {
+            return Err(Error::InvalidArgument {
+                what: "scheduled job cursor",
+                reason: format!(
+                    "refusing to move the cursor to {}, beyond the ensemble's time {} plus the clock tolerance",
+                    Schedule::key(next.cursor_ms),
+                    Schedule::key(self.now())
+                ),
+            });
+        }
         let index = ops.len();
         ops.push(FencedOp::SetData {
             path: self.state_path(),
             data: next.to_bytes(),
             version: Some(self.state_version),
         });
-        let results = self.term.fenced(ops).await?;
+        let results = self.fenced(ops).await?;
         if let Some(v) = new_version(&results, index) {
             self.state_version = v;
         }
@@ -1658,7 +2019,8 @@ impl<'a> TermRun<'a> {
         let window = policies
             .window
             .unwrap_or_else(|| schedule.period_after(latest));
-        let lateness = Duration::from_millis(u64::try_from(now - latest).unwrap_or(0));
+        let lateness =
+            Duration::from_millis(u64::try_from(now.saturating_sub(latest)).unwrap_or(0));
         let run_latest = policies.catch_up == CatchUp::Latest && lateness <= window;
         let missed_up_to = if run_latest { latest - 1 } else { latest };
         if let Some(last_missed) = schedule
@@ -1816,6 +2178,17 @@ impl<'a> TermRun<'a> {
         if self.buffered && existing.is_some() {
             self.buffered = false;
         }
+        // The claim sampled the ensemble's clock afresh: should the estimate that found the
+        // slot due have drifted ahead, the run waits for the slot's nominal instant (by the
+        // fresh sample), so that no slot starts before it by the ensemble's clock.
+        while work.trigger.is_none() && self.now() < work.nominal_ms {
+            let early = u64::try_from(work.nominal_ms.saturating_sub(self.now())).unwrap_or(0);
+            debug!(slot = %key, early_ms = early, "claimed ahead of the ensemble's clock; waiting for the slot's instant");
+            tokio::select! {
+                _ = self.term.cancelled() => return Err(Stop::TermOver),
+                _ = tokio::time::sleep(Duration::from_millis(early).min(TICK)) => {}
+            }
+        }
         // Room for the new record within the history limit.
         self.prune().await;
         info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, "slot started");
@@ -1836,7 +2209,7 @@ impl<'a> TermRun<'a> {
             term: self.term.clone(),
             exit_code: Arc::clone(&exit_code),
         };
-        self.run_started = Some((self.now(), Instant::now()));
+        self.run_started = Some((self.now(), self.term.clock().now()));
         let span = info_span!("slot", slot = %key, attempt = work.attempt);
         // Aborted when dropped: if the selector aborts this loop, the run goes with it.
         let mut task = AbortOnDrop(tokio::spawn(job.run(run).instrument(span)));
@@ -1892,7 +2265,7 @@ impl<'a> TermRun<'a> {
         result
     }
 
-    /// How long until the next slot after the cursor comes due by the wall clock, at most
+    /// How long until the next slot after the cursor comes due by the ensemble's clock, at most
     /// [`TICK`].
     fn until_next_slot(&self) -> Duration {
         let now = self.now();
@@ -1900,7 +2273,8 @@ impl<'a> TermRun<'a> {
             .schedule
             .next_after(now.max(self.state.cursor_ms))
             .map_or(TICK, |next| {
-                Duration::from_millis(u64::try_from(next - now).unwrap_or(0)).min(TICK)
+                Duration::from_millis(u64::try_from(next.saturating_sub(now)).unwrap_or(0))
+                    .min(TICK)
             })
     }
 
@@ -1910,13 +2284,14 @@ impl<'a> TermRun<'a> {
     /// period, at most a second) past due with the run still going: a run that ends just after
     /// a slot's instant leaves that slot to run, a little late, instead of skipping it.
     async fn overlap(&mut self) -> std::result::Result<(), Stop> {
-        let wall_now = self.now();
+        let estimate = self.now();
         let now = match self.run_started {
-            Some((wall, mono)) => {
-                let waited = i64::try_from(mono.elapsed().as_millis()).unwrap_or(i64::MAX);
-                wall_now.min(wall.saturating_add(waited))
+            Some((started, at)) => {
+                let waited = self.term.clock().now() - at;
+                let waited = i64::try_from(waited.as_millis()).unwrap_or(i64::MAX);
+                estimate.min(started.saturating_add(waited))
             }
-            None => wall_now,
+            None => estimate,
         };
         let tolerance = self
             .inner
@@ -1927,7 +2302,7 @@ impl<'a> TermRun<'a> {
                 i64::try_from(period.min(TICK).as_millis()).unwrap_or(0)
             });
         let now = now - tolerance;
-        // Slots queued already (found due at once, e.g. after a clock step) are taken up in
+        // Slots queued already (found due at once, e.g. after a stall) are taken up in
         // turn; only those after them can have come due during this run.
         let cursor = self
             .queue
@@ -1947,12 +2322,12 @@ impl<'a> TermRun<'a> {
             // Still catching up: these join the catch-up once the queue is through.
             return Ok(());
         }
-        if let Some((started_wall, _)) = self.run_started
+        if let Some((started, _)) = self.run_started
             && self
                 .inner
                 .schedule
                 .next_after(cursor)
-                .is_some_and(|next| next <= started_wall)
+                .is_some_and(|next| next <= started)
         {
             // The run started late (a cut-off slot retried by a new leader, a slow claim):
             // slots were due already when it started, so they did not come due during it. They,
@@ -2023,8 +2398,7 @@ impl<'a> TermRun<'a> {
             record.exit_code = exit_code;
             record.error = error.clone();
             let result = self
-                .term
-                .fenced([FencedOp::SetData {
+                .fenced(vec![FencedOp::SetData {
                     path: self.slot_path(key),
                     data: record.to_bytes(),
                     version: Some(version),
@@ -2105,7 +2479,7 @@ impl<'a> TermRun<'a> {
                     version: Some(*v),
                 })
                 .collect();
-            match self.term.fenced(ops).await {
+            match self.fenced(ops).await {
                 Ok(_) => {
                     for (k, _) in batch {
                         self.records.remove(k);
@@ -2143,10 +2517,31 @@ fn needs_reload(e: &Error) -> bool {
 }
 
 /// A task handle that aborts its task when dropped.
+#[derive(Debug)]
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skewed_replica_holds_back_longer_each_term_in_a_row_up_to_five_minutes() {
+        let holds: Vec<u64> = (1..=9).map(|n| skew_hold_back(n).as_secs()).collect();
+        assert_eq!(holds, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(skew_hold_back(u32::MAX), SKEW_HOLD_MAX);
+    }
+
+    #[test]
+    fn job_types_are_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<ScheduledJob>();
+        assert_send_sync::<ScheduledJobBuilder>();
+        assert_send_sync::<JobEvent>();
     }
 }

@@ -88,9 +88,11 @@ pub struct SlotRecord {
     pub attempt: u32,
     /// The participant id of the replica that last started it.
     pub runner: Option<String>,
-    /// When it was last started (wall-clock milliseconds of the runner).
+    /// When it was last started, in milliseconds since the Unix epoch by the ensemble's clock
+    /// (the leader's estimate from the `mtime` of its writes, which is never ahead of it).
     pub started_ms: Option<i64>,
-    /// When it ended, was settled or was recorded skipped or missed.
+    /// When it ended, was settled or was recorded skipped or missed (the ensemble's clock, as
+    /// `started_ms`; for a slot an operator resolved, the operator's wall clock).
     pub ended_ms: Option<i64>,
     /// The exit code of the job's command (`zkr cron run`), when it reported one.
     pub exit_code: Option<i32>,
@@ -153,7 +155,17 @@ pub(crate) struct JobState {
     /// Operator triggers taken up so far (`trigger-1` ... `trigger-N`).
     #[serde(default)]
     pub triggers_done: u64,
+    /// The IANA tzdata release the last leader computed a cron schedule's slots with
+    /// (chrono-tz's `IANA_TZDB_VERSION`); a leader built with another one warns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tzdb: Option<String>,
 }
+
+/// The cursor of a new job whose first leader has not yet placed it on the ensemble's clock:
+/// the create of `state` comes before the write that samples the clock. The next leader to
+/// load it places it at the newest slot at or before the ensemble's now; nothing is due before
+/// that.
+pub(crate) const UNPLACED: i64 = i64::MAX;
 
 impl JobState {
     pub(crate) fn to_bytes(&self) -> Vec<u8> {

@@ -164,6 +164,19 @@ impl Schedule {
         }
     }
 
+    /// The IANA tzdata release that decides a cron schedule's instants (chrono-tz's
+    /// `IANA_TZDB_VERSION`, such as `2025b`); `None` for an interval schedule, which is on the
+    /// UTC grid. Not part of the [`spec`](Self::spec): two builds with different tzdata run
+    /// the same schedule, and a release that changes nothing about the zone must not count as
+    /// a schedule change (which would move the cursor and could skip a slot). The job records
+    /// it and warns when the last leader's differs.
+    pub fn tzdb_version(&self) -> Option<&'static str> {
+        match &self.kind {
+            Kind::Cron { .. } => Some(chrono_tz::IANA_TZDB_VERSION),
+            Kind::Every { .. } => None,
+        }
+    }
+
     /// A stable 64-bit hash of [`spec`](Self::spec) (FNV-1a), in hex.
     pub fn spec_hash(&self) -> String {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -309,8 +322,9 @@ pub(crate) fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-/// A source of wall-clock time for the schedule: [`SystemClock`] in production; tests inject
-/// one that jumps to show that a stepped clock delays or advances a slot, never doubles it.
+/// A replica's own wall clock: [`SystemClock`] in production; tests inject a [`SkewedClock`].
+/// A scheduled job reads it only to measure how far it is from the ensemble's clock, which is
+/// what decides when slots are due.
 pub trait WallClock: Send + Sync + 'static {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
@@ -516,6 +530,20 @@ mod tests {
             a.period_after(at("2026-12-03T01:00:00Z")),
             Duration::from_secs(86_400)
         );
+    }
+
+    #[test]
+    fn the_tzdata_release_is_known_for_cron_only_and_is_not_part_of_the_spec() {
+        let cron = Schedule::cron("0 2 * * *", "Europe/Oslo").unwrap();
+        let release = cron.tzdb_version().unwrap();
+        assert_eq!(release, chrono_tz::IANA_TZDB_VERSION);
+        assert!(
+            !cron.spec().contains(release),
+            "a tzdata-only difference must not read as a schedule change: {}",
+            cron.spec()
+        );
+        let every = Schedule::every(Duration::from_secs(60)).unwrap();
+        assert_eq!(every.tzdb_version(), None);
     }
 
     #[test]
