@@ -864,6 +864,30 @@ async fn bad_schedules_fail_before_connecting_and_bad_arguments_exit_2() {
         ],
         &["cron", "history", "job", "--limit", "many"],
         &["cron", "status"],
+        // --clock-tolerance is a duration greater than zero, and only for cron run.
+        &[
+            "cron",
+            "run",
+            "job",
+            "--every",
+            "1s",
+            "--clock-tolerance",
+            "0",
+            "--",
+            "true",
+        ],
+        &[
+            "cron",
+            "run",
+            "job",
+            "--every",
+            "1s",
+            "--clock-tolerance",
+            "soon",
+            "--",
+            "true",
+        ],
+        &["cron", "status", "job", "--clock-tolerance", "1s"],
     ] {
         assert_usage_error(args).await;
     }
@@ -1198,6 +1222,109 @@ async fn a_replica_an_hour_ahead_runs_no_slot_early_and_does_not_stall_the_job()
     assert!(
         (offset_ms - 3_600_000).abs() < 60_000,
         "s's clock_skew offset is {offset_ms} ms, not about an hour"
+    );
+}
+
+/// A replica an hour ahead that `--clock-tolerance 2h` lets lead: it runs the slots on the
+/// ensemble's clock, each when it comes due by the ensemble's clock (each record's `ctime`) and
+/// within a period of it, with no `clock_skew` line; once it leaves, the honest replica runs the
+/// next slots on time (the cursor was never moved into the future). Fault: the leader's wall
+/// clock an hour ahead.
+#[tokio::test]
+async fn a_replica_an_hour_ahead_within_its_clock_tolerance_runs_slots_on_the_ensembles_clock() {
+    if !zookeeper() {
+        return;
+    }
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-skewed-trusted");
+    let period = Duration::from_secs(2);
+    let args = ["--every", "2s"];
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+
+    let mut c = zkr(connect);
+    skew_wall_clock(&mut c, &lib, "+1h");
+    c.args([
+        "--session-timeout",
+        STEADY,
+        "cron",
+        "run",
+        &path,
+        "--id",
+        "s",
+    ])
+    .args(args)
+    .args(["--clock-tolerance", "2h", "--", "true"]);
+    let mut s = Zkr::spawn("s", c, EventsOn::Stderr);
+    let since = now_ms();
+    let bound = period * 5;
+    let run1 = runs_on_time(&zk, &path, since, 3, bound).await;
+    let mut h = replica(connect, "h", STEADY, &path, &args, "true");
+    wait_contenders(&zk, &path, 2, "h did not queue").await;
+    let h_alone = now_ms();
+    stop(&mut s).await;
+    let s_lines = s.all_lines(BOUND).await;
+    let run2 = runs_on_time(&zk, &path, h_alone, 2, bound).await;
+    stop(&mut h).await;
+
+    let records = recorded_slots(&zk, &path).await;
+    eprintln!("a trusted replica an hour ahead: slot, state, attempt, runner, created - nominal");
+    for r in &records {
+        eprintln!(
+            "  {}  {}  attempt {}  runner {}  {:+} ms",
+            r.slot,
+            r.state,
+            r.attempt,
+            r.runner,
+            r.created_ms - r.latest_nominal_ms
+        );
+    }
+    let s_runs: Vec<&Recorded> = records.iter().filter(|r| r.runner == "s").collect();
+    let lateness: Vec<i64> = s_runs
+        .iter()
+        .map(|r| r.created_ms - r.latest_nominal_ms)
+        .collect();
+    eprintln!(
+        "a trusted replica an hour ahead: s ran {} slots, claimed {lateness:?} ms after they came \
+         due by the ensemble's clock; on time while s led: {run1}, after s left: {run2} (wanted \
+         3 and 2 within {bound:?})",
+        s_runs.len()
+    );
+    for r in &records {
+        assert!(
+            r.created_ms >= r.latest_nominal_ms,
+            "{} ({}, by {}) was recorded {} ms before it came due by the ensemble's clock",
+            r.slot,
+            r.state,
+            r.runner,
+            r.latest_nominal_ms - r.created_ms
+        );
+    }
+    assert!(run1 >= 3, "s ran {run1} slots on time within {bound:?}");
+    assert!(
+        lateness
+            .iter()
+            .all(|&late| late < period.as_millis() as i64),
+        "s claimed slots a period or more late: {lateness:?} ms"
+    );
+    assert!(
+        run2 >= 2,
+        "the job stalled after s left: {run2} slots ran on time within {bound:?}"
+    );
+    assert!(
+        !s_lines.iter().any(|l| l.event() == "clock_skew"),
+        "s reported a clock_skew within its tolerance\n{}",
+        s.context()
     );
 }
 

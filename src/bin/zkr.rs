@@ -15,7 +15,7 @@
 //!                                                run CMD while holding an InterProcessMutex
 //!   cron run PATH (--every D | --cron EXPR [--tz ZONE]) [--id ID] [--catch-up latest|all|none]
 //!            [--overlap skip|buffer-one] [--on-crash retry|fail|park] [--max-attempts N]
-//!            [--drain D] [--grace D] [--error-policy P] -- CMD [ARGS...]
+//!            [--drain D] [--clock-tolerance D] [--grace D] [--error-policy P] -- CMD [ARGS...]
 //!                                                run CMD once per due slot while leader
 //!                                                (ScheduledJob)
 //!   cron history PATH [--limit N]                the job's recorded slots, newest first (JSON
@@ -73,6 +73,8 @@
 //! {"event":"schedule_changed","from":SPEC,"to":SPEC,"ts_ms":MS}
 //! {"event":"job_paused","ts_ms":MS}
 //! {"event":"job_resumed","ts_ms":MS}
+//! {"event":"clock_skew","offset_ms":N,"tolerance_ms":N,"ts_ms":MS}
+//! {"event":"cursor_rewound","from":SLOT,"to":SLOT,"ts_ms":MS}
 //! ```
 //!
 //! `SLOT` is the slot key: the nominal instant in UTC (`2026-12-03T02:00:00Z`, with
@@ -88,7 +90,14 @@
 //! it by `--on-crash`. `schedule_changed` says that this leader's schedule differs from the one
 //! recorded with the job (`from`, `to`: each schedule's canonical text). `job_paused` and
 //! `job_resumed` say that this leader saw an operator's `zkr cron pause` or `resume`: while
-//! paused it starts no slot but triggers.
+//! paused it starts no slot but triggers. `clock_skew` says that this replica's wall clock is
+//! off the ensemble's (`offset_ms`: this host's minus the ensemble's, positive when ahead) by
+//! more than `--clock-tolerance` (`tolerance_ms`): it took up no slot, gave up its term so
+//! that an honest replica leads, and stays out of the election for a while (5 s, doubling
+//! with each skewed term in a row, at most 5 min) before it measures again. `cursor_rewound`
+//! says that the job's cursor was found beyond the ensemble's time plus the tolerance (left by
+//! an earlier version's leader whose clock ran ahead) and was brought back to the newest slot
+//! due by the ensemble's clock (`to`); slots recorded beyond it are not run again.
 //!
 //! Every line also carries `"mono_ns":NS` and `"boot_ns":NS`, the moment it was written. `ts_ms`
 //! is wall-clock time (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields
@@ -169,6 +178,13 @@
 //! `ZK_LEADER_ID`, `ZK_LEADER_PATH` as under `run`: key every side effect by the slot and
 //! fence it by the token. Exit code 0 records the slot `succeeded`, anything else `failed`
 //! (with the code).
+//!
+//! Slots come due by the ensemble's clock, not this host's: the job learns the ensemble's time
+//! from its own writes (each write's `mtime` is the quorum leader's wall clock), so that a
+//! replica whose clock is off neither runs a slot before its time nor moves the job's cursor
+//! into the future. CMD still reads this host's clock (`date`, timestamps, certificates), so a
+//! replica whose clock is off the ensemble's by more than `--clock-tolerance` (default 10 s;
+//! zero is refused with exit code 2) runs no slot and gives up its term (`clock_skew`).
 //!
 //! A bad `--cron` expression, `--tz` zone or `--every` interval ends zkr with exit code 1 and the
 //! reason before it connects. SIGINT/SIGTERM stop CMD (reason `shutdown`) and leave the job: a
@@ -501,6 +517,10 @@ struct CronRunArgs {
     /// DURATION (its end is recorded), then leave; after DURATION, stop CMD as without --drain
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     drain: Option<Duration>,
+    /// How far this host's wall clock may be off the ensemble's: further, and this replica runs
+    /// no slot and gives up its term (a `clock_skew` line) [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    clock_tolerance: Option<Duration>,
     #[command(flatten)]
     supervised: SupervisedArgs,
 }
@@ -895,6 +915,20 @@ enum Event<'a> {
     },
     /// `cron run`: the leader saw the resume.
     JobResumed {
+        ts_ms: u64,
+    },
+    /// `cron run`: this host's wall clock is off the ensemble's by more than the tolerance; the
+    /// replica took up no slot and gave up its term.
+    ClockSkew {
+        offset_ms: i64,
+        tolerance_ms: u64,
+        ts_ms: u64,
+    },
+    /// `cron run`: the job's cursor was found in the future by the ensemble's clock and brought
+    /// back.
+    CursorRewound {
+        from: &'a str,
+        to: &'a str,
         ts_ms: u64,
     },
 }
@@ -1824,6 +1858,17 @@ fn print_job_event(event: &JobEvent) {
         JobEvent::PauseChanged { paused: false } => {
             out.emit_best_effort(&Event::JobResumed { ts_ms });
         }
+        JobEvent::ClockSkew {
+            offset_ms,
+            tolerance_ms,
+        } => out.emit_best_effort(&Event::ClockSkew {
+            offset_ms: *offset_ms,
+            tolerance_ms: *tolerance_ms,
+            ts_ms,
+        }),
+        JobEvent::CursorRewound { from, to } => {
+            out.emit_best_effort(&Event::CursorRewound { from, to, ts_ms });
+        }
         _ => {}
     }
 }
@@ -1962,6 +2007,9 @@ async fn cron_run(
         .error_policy(args.supervised.policy.policy());
     if let Some(id) = args.supervised.id {
         builder = builder.id(id);
+    }
+    if let Some(tolerance) = args.clock_tolerance {
+        builder = builder.clock_tolerance(tolerance);
     }
     let started = match builder.build() {
         Ok(prepared) => {
