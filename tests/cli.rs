@@ -15,8 +15,11 @@ use std::ffi::OsStr;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, zkr};
-use common::{own_server, shared_server, zookeeper};
+use common::zkr::{
+    EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, stubborn_handover,
+    stubborn_script, zkr,
+};
+use common::{own_server, proxy_to, shared_server, zookeeper};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -829,6 +832,117 @@ async fn run_sigkills_a_group_that_ignores_sigterm_after_grace() {
     assert!(group_gone(pgid), "the stubborn group outlived zkr");
 }
 
+/// A term whose lease is not renewed stops a CMD that ignores SIGTERM inside the lease, before
+/// the quorum can expire the session and a successor can start. A (`--session-timeout 2s`,
+/// the default grace: half of the 850 ms limit) runs a bash loop that ignores SIGTERM and
+/// writes the time every 50 ms; B waits on a direct link. A's link is blackholed: A's term
+/// ends the grace before its lease's deadline (or at once, on a suspension under `standard`),
+/// SIGTERM does nothing, and SIGKILL comes at the grace or the lease, whichever first. B's
+/// term must begin only after A's whole group is gone. Both error policies. Faults: a client
+/// link blackholed; a command that ignores SIGTERM.
+#[tokio::test]
+async fn run_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_successor_starts() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    // The default grace of a 2 s session with the harness's 200 ms tick.
+    let grace = Duration::from_millis(425);
+    // The default policy (standard), then session-expired.
+    for policy in [None, Some("session-expired")] {
+        let proxy = proxy_to(&server).await;
+        let dir = tempfile::tempdir().unwrap();
+        let beats = dir.path().join("a.beats");
+        let path = testing::unique_path("cli-run-stubborn-lease");
+        let script = stubborn_script(&beats);
+        let mut a_args = vec!["--session-timeout", "2s", "run", &path, "--id", "a"];
+        if let Some(policy) = policy {
+            a_args.extend(["--error-policy", policy]);
+        }
+        a_args.extend(["--", "bash", "-c", &script]);
+        let b_args = ["run", &path, "--id", "b", "--", "sleep", "1000"];
+        let mut groups = Groups::default();
+        let (mut a, mut b, handover) = stubborn_handover(
+            &proxy,
+            server.connect_string(),
+            &path,
+            &a_args[..],
+            &b_args[..],
+            &beats,
+            &mut groups,
+        )
+        .await;
+        let policy = policy.unwrap_or("default policy");
+        handover.check(&format!("zkr run, {policy}"), grace, true);
+        proxy.heal();
+        assert_eq!(
+            a.exit(BOUND, "A after its command was SIGKILLed")
+                .await
+                .code(),
+            Some(137),
+            "{}",
+            a.context()
+        );
+        b.signal(Signal::SIGTERM);
+        assert_eq!(b.exit(BOUND, "B after SIGTERM").await.code(), Some(143));
+    }
+}
+
+/// `zkr lock` under the same fault as `run` above: the holder's command, which ignores
+/// SIGTERM, is gone before the next holder's term begins. Unlike `run`, a lock's term whose
+/// lease lapses ends at the lease's deadline itself, so CMD gets no grace then (SIGKILL with
+/// SIGTERM); it does when a suspension ends the term first (`standard`). Both error policies.
+/// Faults: a client link blackholed; a command that ignores SIGTERM.
+#[tokio::test]
+async fn lock_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_next_holder_starts() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let grace = Duration::from_millis(425);
+    for policy in [None, Some("session-expired")] {
+        let proxy = proxy_to(&server).await;
+        let dir = tempfile::tempdir().unwrap();
+        let beats = dir.path().join("a.beats");
+        let path = testing::unique_path("cli-lock-stubborn-lease");
+        let script = stubborn_script(&beats);
+        let mut a_args = vec!["--session-timeout", "2s", "lock", &path, "--id", "a"];
+        if let Some(policy) = policy {
+            a_args.extend(["--error-policy", policy]);
+        }
+        a_args.extend(["--", "bash", "-c", &script]);
+        let b_args = ["lock", &path, "--id", "b", "--", "sleep", "1000"];
+        let mut groups = Groups::default();
+        let (mut a, mut b, handover) = stubborn_handover(
+            &proxy,
+            server.connect_string(),
+            &path,
+            &a_args[..],
+            &b_args[..],
+            &beats,
+            &mut groups,
+        )
+        .await;
+        let policy = policy.unwrap_or("default policy");
+        // An InterProcessMutex's term ends at its lease's deadline itself (the mutex has no
+        // stop_ahead): when that is what ends it, SIGKILL follows SIGTERM at once.
+        handover.check(&format!("zkr lock, {policy}"), grace, false);
+        proxy.heal();
+        assert_eq!(
+            a.exit(BOUND, "A after its command was SIGKILLed")
+                .await
+                .code(),
+            Some(137),
+            "{}",
+            a.context()
+        );
+        b.signal(Signal::SIGTERM);
+        assert_eq!(b.exit(BOUND, "B after SIGTERM").await.code(), Some(143));
+    }
+}
+
 #[tokio::test]
 async fn run_with_requeue_runs_cmd_again_each_time_it_leads() {
     if !zookeeper() {
@@ -1159,6 +1273,150 @@ async fn bad_arguments_exit_2_with_usage() {
         &["participants", "x", "--error-policy", "standard"],
     ] {
         assert_usage_error(args).await;
+    }
+}
+
+/// `--server-tick-time` takes a positive humantime duration: anything else is a usage error
+/// (exit code 2), before zkr connects.
+#[tokio::test]
+async fn a_server_tick_time_that_is_not_a_positive_duration_exits_2_with_usage() {
+    for tick in ["0", "0s", "abc", "-1s", ""] {
+        assert_usage_error(&["--server-tick-time", tick, "leader", "x"]).await;
+        assert_usage_error(&["run", "x", "--server-tick-time", tick, "--", "true"]).await;
+    }
+}
+
+/// The lease counts with the servers' tick; without `--server-tick-time`, zkr assumes one and
+/// the library warns about it (seen with `ZKR_LOG=zookeeper_recipes=warn`); given, no warning.
+#[tokio::test]
+async fn an_assumed_server_tick_is_warned_about_and_a_given_one_is_not() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let path = testing::unique_path("cli-tick");
+    for (tick, warned) in [(None, true), (Some("200ms"), false)] {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_zkr"));
+        c.args(["--connect", server.connect_string()]);
+        if let Some(tick) = tick {
+            c.args(["--server-tick-time", tick]);
+        }
+        c.args(["leader", &path])
+            .env_remove("ZK_CONNECT")
+            .env("ZKR_LOG", "zookeeper_recipes=warn")
+            .stdin(std::process::Stdio::null());
+        let out = tokio::time::timeout(BOUND, c.output())
+            .await
+            .unwrap_or_else(|_| panic!("zkr leader (tick {tick:?}) did not finish in {BOUND:?}"))
+            .expect("zkr ran");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "zkr leader (tick {tick:?}): {err}");
+        assert_eq!(
+            err.contains("tickTime is not configured") && err.contains("--server-tick-time"),
+            warned,
+            "--server-tick-time {tick:?}: stderr was:\n{err}"
+        );
+    }
+}
+
+/// A `--grace` that does not fit in the lease of the session timeout is refused before zkr
+/// connects (nothing listens at the connect string): exit code 2 and a message that names the
+/// limit, for `run`, `lock` and `cron run`. A 2 s session with a 200 ms tick leaves 850 ms.
+#[tokio::test]
+async fn a_grace_that_does_not_fit_in_the_lease_is_refused_before_connecting() {
+    let cmds: [&[&str]; 3] = [
+        &["run", "x"],
+        &["lock", "x"],
+        &["cron", "run", "x", "--every", "1m"],
+    ];
+    for cmd in cmds {
+        for grace in ["5s", "851ms"] {
+            let mut args = vec![
+                "--connect",
+                "127.0.0.1:1",
+                "--server-tick-time",
+                "200ms",
+                "--session-timeout",
+                "2s",
+            ];
+            args.extend_from_slice(cmd);
+            args.extend(["--grace", grace, "--", "true"]);
+            let out = tokio::time::timeout(
+                BOUND,
+                tokio::process::Command::new(env!("CARGO_BIN_EXE_zkr"))
+                    .args(&args)
+                    .env_remove("ZK_CONNECT")
+                    .stdin(std::process::Stdio::null())
+                    .output(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("zkr {args:?} did not give up at once"))
+            .expect("zkr ran");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "zkr {args:?}: {err}");
+            assert!(
+                err.contains(&format!("--grace {grace} does not fit"))
+                    && err.contains("at most 850ms"),
+                "zkr {args:?} should name the limit: {err}"
+            );
+        }
+    }
+}
+
+/// Without `--grace`, CMD's grace is 5 s lowered to half the limit the lease leaves: 425 ms
+/// for a 2 s session with a 200 ms tick. A grace at the limit (850 ms) is taken as it is. Seen
+/// as the time from SIGTERM to SIGKILL of a command that ignores SIGTERM, when zkr is told
+/// to stop.
+#[tokio::test]
+async fn without_grace_cmd_gets_half_the_limit_and_a_grace_at_the_limit_is_taken() {
+    if !zookeeper() {
+        return;
+    }
+    // Timing: one at a time.
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    for (grace, expected) in [(None, 425), (Some("850ms"), 850)] {
+        let path = testing::unique_path("cli-grace-default");
+        let mut args = vec!["--session-timeout", "2s", "run", &path];
+        if let Some(grace) = grace {
+            args.extend(["--grace", grace]);
+        }
+        args.extend(["--", "sh", "-c", "trap '' TERM; sleep 1000 & wait"]);
+        let mut groups = Groups::default();
+        let mut r = Zkr::supervisor(connect, "run", &args);
+        let started = r
+            .wait_for("cmd_started", BOUND, "the runner never started its command")
+            .await;
+        let pgid = groups.add(&started);
+        eventually(BOUND, "the command's child did not start", || {
+            group_members(pgid).len() >= 2
+        })
+        .await;
+        r.signal(Signal::SIGTERM);
+        let term = r
+            .wait_for("cmd_signalled", BOUND, "no SIGTERM to the command")
+            .await;
+        let kill = r
+            .wait_for("cmd_signalled", BOUND, "no SIGKILL after the grace")
+            .await;
+        assert_eq!(
+            (term.str("signal"), kill.str("signal"), kill.str("reason")),
+            ("SIGTERM", "SIGKILL", "grace_expired")
+        );
+        let waited = (kill.int("boot_ns") - term.int("boot_ns")) as f64 / 1e6;
+        eprintln!("--grace {grace:?}: SIGTERM to SIGKILL {waited:.0} ms (expected {expected} ms)");
+        let expected = f64::from(expected);
+        assert!(
+            waited >= expected - 10.0 && waited <= expected + 200.0,
+            "--grace {grace:?}: SIGKILL came {waited:.0} ms after SIGTERM, not {expected} ms"
+        );
+        assert_eq!(
+            r.exit(BOUND, "zkr after SIGKILLing its command")
+                .await
+                .code(),
+            Some(137)
+        );
     }
 }
 

@@ -16,8 +16,11 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use common::zkr::{Groups, Line, Zkr, assert_usage_error, group_gone, zkr};
-use common::{shared_server, zookeeper};
+use common::zkr::{
+    EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, libfaketime, skew_wall_clock,
+    stubborn_handover, stubborn_script, zkr,
+};
+use common::{own_server, proxy_to, shared_server, zookeeper};
 use nix::sys::signal::{Signal, killpg};
 use serde_json::Value;
 use zookeeper_recipes::job::Schedule;
@@ -861,6 +864,30 @@ async fn bad_schedules_fail_before_connecting_and_bad_arguments_exit_2() {
         ],
         &["cron", "history", "job", "--limit", "many"],
         &["cron", "status"],
+        // --clock-tolerance is a duration greater than zero, and only for cron run.
+        &[
+            "cron",
+            "run",
+            "job",
+            "--every",
+            "1s",
+            "--clock-tolerance",
+            "0",
+            "--",
+            "true",
+        ],
+        &[
+            "cron",
+            "run",
+            "job",
+            "--every",
+            "1s",
+            "--clock-tolerance",
+            "soon",
+            "--",
+            "true",
+        ],
+        &["cron", "status", "job", "--clock-tolerance", "1s"],
     ] {
         assert_usage_error(args).await;
     }
@@ -895,6 +922,410 @@ async fn a_name_is_a_job_under_cron() {
     stop(&mut r).await;
     let records = history(connect, &name).await;
     assert!(!records.is_empty(), "no history under /cron/{name}");
+}
+
+/// A term whose lease is not renewed stops a slot's CMD that ignores SIGTERM inside the lease,
+/// before the quorum can expire the session and the next replica can start. Replica A
+/// (`--session-timeout 2s`, the default grace: half of the 850 ms limit) runs a slot whose
+/// command ignores SIGTERM and writes the time every 50 ms; replica B stands on a direct link.
+/// A's link is blackholed: SIGKILL comes at the grace or the lease, whichever first, and B's
+/// term (in which it takes the cut-off slot up again) must begin only after A's whole group
+/// is gone. Both error policies. Faults: a client link blackholed; a command that ignores
+/// SIGTERM.
+#[tokio::test]
+async fn a_slot_cmd_that_ignores_sigterm_is_stopped_inside_the_lease_before_the_next_leader_starts()
+{
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = own_server().await;
+    let connect = server.connect_string();
+    // The default grace of a 2 s session with the harness's 200 ms tick.
+    let grace = Duration::from_millis(425);
+    // The default policy (standard), then session-expired.
+    for policy in [None, Some("session-expired")] {
+        let proxy = proxy_to(&server).await;
+        let dir = tempfile::tempdir().unwrap();
+        let beats = dir.path().join("a.beats");
+        let path = testing::unique_path("cron-stubborn-lease");
+        let script = stubborn_script(&beats);
+        let mut a_args = vec![
+            "--session-timeout",
+            "2s",
+            "cron",
+            "run",
+            &path,
+            "--id",
+            "a",
+            "--every",
+            "1s",
+        ];
+        if let Some(policy) = policy {
+            a_args.extend(["--error-policy", policy]);
+        }
+        a_args.extend(["--", "bash", "-c", &script]);
+        let b_args = [
+            "--session-timeout",
+            STEADY,
+            "cron",
+            "run",
+            &path,
+            "--id",
+            "b",
+            "--every",
+            "1s",
+            "--",
+            "true",
+        ];
+        let mut groups = Groups::default();
+        let (mut a, mut b, handover) = stubborn_handover(
+            &proxy,
+            connect,
+            &format!("{path}/leader"),
+            &a_args[..],
+            &b_args[..],
+            &beats,
+            &mut groups,
+        )
+        .await;
+        let policy = policy.unwrap_or("default policy");
+        handover.check(&format!("zkr cron run, {policy}"), grace, true);
+        // A's slot, cut off, is B's to run again.
+        let cut = a
+            .seen
+            .iter()
+            .find(|l| l.event() == "slot_started")
+            .map(|l| l.str("slot").to_owned())
+            .expect("A started a slot before its command");
+        let rerun = b
+            .seen
+            .iter()
+            .find(|l| l.event() == "slot_started")
+            .expect("B's command started for a slot");
+        assert_eq!(
+            (rerun.str("slot"), rerun.int("attempt")),
+            (cut.as_str(), 2),
+            "B's first slot is not A's, run again\n{}",
+            b.context()
+        );
+        proxy.heal();
+        stop(&mut b).await;
+        stop(&mut a).await;
+    }
+}
+
+/// One slot record as the ensemble has it: the record, and when the ensemble created it.
+struct Recorded {
+    slot: String,
+    /// The last slot the record stands for (a missed range's `to`), in ms since the epoch.
+    latest_nominal_ms: i64,
+    state: String,
+    attempt: i64,
+    runner: String,
+    /// The node's `ctime`: the quorum leader's wall clock when it created the record (the
+    /// claim of a run, or the record of a slot skipped or missed).
+    created_ms: i64,
+}
+
+/// The instant of a slot key (`2026-12-03T02:00:00Z`) in ms since the epoch; `None` for a
+/// trigger.
+fn slot_instant_ms(key: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(key)
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// Every slot record of the job under `<job>/slots`, with its `ctime`, oldest slot first.
+async fn recorded_slots(zk: &zookeeper_client::Client, job: &str) -> Vec<Recorded> {
+    let dir = format!("{job}/slots");
+    let keys = match zk.list_children(&dir).await {
+        Ok(keys) => keys,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing {dir}: {e}"),
+    };
+    let mut out = Vec::new();
+    for key in keys {
+        let Ok((data, stat)) = zk.get_data(&format!("{dir}/{key}")).await else {
+            continue;
+        };
+        let Some(nominal) = slot_instant_ms(&key) else {
+            continue;
+        };
+        let record: Value = serde_json::from_slice(&data).expect("a slot record is JSON");
+        let latest = record["range"]["to"]
+            .as_str()
+            .and_then(slot_instant_ms)
+            .unwrap_or(nominal);
+        out.push(Recorded {
+            slot: key,
+            latest_nominal_ms: latest,
+            state: record["state"].as_str().unwrap_or("?").to_owned(),
+            attempt: record["attempt"].as_i64().unwrap_or(0),
+            runner: record["runner"].as_str().unwrap_or("-").to_owned(),
+            created_ms: stat.ctime,
+        });
+    }
+    out.sort_by(|a, b| a.slot.cmp(&b.slot));
+    out
+}
+
+/// Waits until `n` slots that came due at or after `from_ms` (by the ensemble's clock) have
+/// been run on time, at most `bound`; how many were.
+async fn runs_on_time(
+    zk: &zookeeper_client::Client,
+    job: &str,
+    from_ms: i64,
+    n: usize,
+    bound: Duration,
+) -> usize {
+    let deadline = Instant::now() + bound;
+    loop {
+        let on_time = recorded_slots(zk, job)
+            .await
+            .iter()
+            .filter(|r| r.attempt >= 1 && r.created_ms >= r.latest_nominal_ms)
+            .filter(|r| r.latest_nominal_ms >= from_ms)
+            .count();
+        if on_time >= n || Instant::now() >= deadline {
+            return on_time;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A replica whose wall clock runs an hour ahead (libfaketime), among two honest ones, with
+/// slots every 2 s. Honest h1 leads first; the skewed s and honest h2 queue in that order; h1
+/// leaves, so s is next in line; later s leaves too and h2 is left. In each phase two slots
+/// that came due in it must run within five periods. By the ensemble's clock (each record's `ctime`, the quorum leader's wall
+/// clock when it created the record; the server runs on this host, whose clock the test's
+/// own is): no slot is run or recorded before its nominal instant, and in each phase slots
+/// kept running on time (the job did not stall). The skewed replica says so with a
+/// `clock_skew` line (offset about an hour). Fault: one replica's wall clock an hour ahead.
+///
+/// This fails while the job decides due slots by the leader's wall clock: s runs the slots of
+/// an hour ahead at once, and once it leaves h2 runs nothing (the cursor is an hour ahead).
+#[tokio::test]
+async fn a_replica_an_hour_ahead_runs_no_slot_early_and_does_not_stall_the_job() {
+    if !zookeeper() {
+        return;
+    }
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-skewed");
+    let period = Duration::from_secs(2);
+    let args = ["--every", "2s"];
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+
+    let mut h1 = replica(connect, "h1", STEADY, &path, &args, "true");
+    let (first, _) = next_slot(&mut h1, "h1 started no slot").await;
+    slot_event(
+        &mut h1,
+        "slot_finished",
+        first.str("slot"),
+        BOUND,
+        "h1 did not finish its first slot",
+    )
+    .await;
+    let mut c = zkr(connect);
+    skew_wall_clock(&mut c, &lib, "+1h");
+    c.args([
+        "--session-timeout",
+        STEADY,
+        "cron",
+        "run",
+        &path,
+        "--id",
+        "s",
+    ])
+    .args(args)
+    .args(["--", "true"]);
+    let mut s = Zkr::spawn("s", c, EventsOn::Stderr);
+    wait_contenders(&zk, &path, 2, "s did not queue").await;
+    let mut h2 = replica(connect, "h2", STEADY, &path, &args, "true");
+    wait_contenders(&zk, &path, 3, "h2 did not queue").await;
+
+    // Phase 1: h1 leaves; s is next in line.
+    let s_next = now_ms();
+    stop(&mut h1).await;
+    // Five periods: two slots, an election, a skewed replica's measurement and its backing off.
+    let bound = period * 5;
+    let run1 = runs_on_time(&zk, &path, s_next, 2, bound).await;
+    // Phase 2: s leaves; h2 is left.
+    let h2_alone = now_ms();
+    stop(&mut s).await;
+    // Every line s wrote, for its clock_skew.
+    s.all_lines(BOUND).await;
+    let run2 = runs_on_time(&zk, &path, h2_alone, 2, bound).await;
+    stop(&mut h2).await;
+
+    let records = recorded_slots(&zk, &path).await;
+    eprintln!("a replica an hour ahead: slot, state, attempt, runner, created - nominal (ms)");
+    for r in &records {
+        eprintln!(
+            "  {}  {}  attempt {}  runner {}  {:+} ms",
+            r.slot,
+            r.state,
+            r.attempt,
+            r.runner,
+            r.created_ms - r.latest_nominal_ms
+        );
+    }
+    let early: Vec<String> = records
+        .iter()
+        .filter(|r| r.created_ms < r.latest_nominal_ms)
+        .map(|r| {
+            format!(
+                "{} ({}, by {}) {:.1} s early",
+                r.slot,
+                r.state,
+                r.runner,
+                (r.latest_nominal_ms - r.created_ms) as f64 / 1000.0
+            )
+        })
+        .collect();
+    let skew = s
+        .seen
+        .iter()
+        .find(|l| l.event() == "clock_skew")
+        .map(|l| (l.int("offset_ms"), l.int("tolerance_ms")));
+    eprintln!(
+        "a replica an hour ahead: {} records early by the ensemble's clock {early:?}; slots run \
+         on time after h1 left: {run1}, after s left too: {run2} (2 wanted within {bound:?} \
+         each); s's clock_skew (offset_ms, tolerance_ms): {skew:?}",
+        early.len()
+    );
+    assert!(
+        early.is_empty(),
+        "slots run or recorded before they came due by the ensemble's clock: {early:?}"
+    );
+    assert!(
+        run1 >= 2,
+        "the job stalled after h1 left: {run1} slots ran on time within {bound:?}"
+    );
+    assert!(
+        run2 >= 2,
+        "the job stalled after s left: {run2} slots ran on time within {bound:?}"
+    );
+    let (offset_ms, _) =
+        skew.unwrap_or_else(|| panic!("s reported no clock_skew\n{}", s.context()));
+    assert!(
+        (offset_ms - 3_600_000).abs() < 60_000,
+        "s's clock_skew offset is {offset_ms} ms, not about an hour"
+    );
+}
+
+/// A replica an hour ahead that `--clock-tolerance 2h` lets lead: it runs the slots on the
+/// ensemble's clock, each when it comes due by the ensemble's clock (each record's `ctime`) and
+/// within a period of it, with no `clock_skew` line; once it leaves, the honest replica runs the
+/// next slots on time (the cursor was never moved into the future). Fault: the leader's wall
+/// clock an hour ahead.
+#[tokio::test]
+async fn a_replica_an_hour_ahead_within_its_clock_tolerance_runs_slots_on_the_ensembles_clock() {
+    if !zookeeper() {
+        return;
+    }
+    let Some(lib) = libfaketime() else {
+        return;
+    };
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-skewed-trusted");
+    let period = Duration::from_secs(2);
+    let args = ["--every", "2s"];
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+
+    let mut c = zkr(connect);
+    skew_wall_clock(&mut c, &lib, "+1h");
+    c.args([
+        "--session-timeout",
+        STEADY,
+        "cron",
+        "run",
+        &path,
+        "--id",
+        "s",
+    ])
+    .args(args)
+    .args(["--clock-tolerance", "2h", "--", "true"]);
+    let mut s = Zkr::spawn("s", c, EventsOn::Stderr);
+    let since = now_ms();
+    let bound = period * 5;
+    let run1 = runs_on_time(&zk, &path, since, 3, bound).await;
+    let mut h = replica(connect, "h", STEADY, &path, &args, "true");
+    wait_contenders(&zk, &path, 2, "h did not queue").await;
+    let h_alone = now_ms();
+    stop(&mut s).await;
+    let s_lines = s.all_lines(BOUND).await;
+    let run2 = runs_on_time(&zk, &path, h_alone, 2, bound).await;
+    stop(&mut h).await;
+
+    let records = recorded_slots(&zk, &path).await;
+    eprintln!("a trusted replica an hour ahead: slot, state, attempt, runner, created - nominal");
+    for r in &records {
+        eprintln!(
+            "  {}  {}  attempt {}  runner {}  {:+} ms",
+            r.slot,
+            r.state,
+            r.attempt,
+            r.runner,
+            r.created_ms - r.latest_nominal_ms
+        );
+    }
+    let s_runs: Vec<&Recorded> = records.iter().filter(|r| r.runner == "s").collect();
+    let lateness: Vec<i64> = s_runs
+        .iter()
+        .map(|r| r.created_ms - r.latest_nominal_ms)
+        .collect();
+    eprintln!(
+        "a trusted replica an hour ahead: s ran {} slots, claimed {lateness:?} ms after they came \
+         due by the ensemble's clock; on time while s led: {run1}, after s left: {run2} (wanted \
+         3 and 2 within {bound:?})",
+        s_runs.len()
+    );
+    for r in &records {
+        assert!(
+            r.created_ms >= r.latest_nominal_ms,
+            "{} ({}, by {}) was recorded {} ms before it came due by the ensemble's clock",
+            r.slot,
+            r.state,
+            r.runner,
+            r.latest_nominal_ms - r.created_ms
+        );
+    }
+    assert!(run1 >= 3, "s ran {run1} slots on time within {bound:?}");
+    assert!(
+        lateness
+            .iter()
+            .all(|&late| late < period.as_millis() as i64),
+        "s claimed slots a period or more late: {lateness:?} ms"
+    );
+    assert!(
+        run2 >= 2,
+        "the job stalled after s left: {run2} slots ran on time within {bound:?}"
+    );
+    assert!(
+        !s_lines.iter().any(|l| l.event() == "clock_skew"),
+        "s reported a clock_skew within its tolerance\n{}",
+        s.context()
+    );
 }
 
 #[tokio::test]

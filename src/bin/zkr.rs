@@ -1,7 +1,7 @@
 //! `zkr`: the command-line face of zookeeper-recipes.
 //!
 //! ```text
-//! zkr [--connect HOSTS] [--session-timeout DURATION] SUBCOMMAND
+//! zkr [--connect HOSTS] [--session-timeout DURATION] [--server-tick-time DURATION] SUBCOMMAND
 //!
 //!   latch PATH [--id ID] [--error-policy P]      join a LeaderLatch, print its events (stdout)
 //!   participants PATH                            the election's participants, as a JSON array
@@ -15,7 +15,7 @@
 //!                                                run CMD while holding an InterProcessMutex
 //!   cron run PATH (--every D | --cron EXPR [--tz ZONE]) [--id ID] [--catch-up latest|all|none]
 //!            [--overlap skip|buffer-one] [--on-crash retry|fail|park] [--max-attempts N]
-//!            [--drain D] [--grace D] [--error-policy P] -- CMD [ARGS...]
+//!            [--drain D] [--clock-tolerance D] [--grace D] [--error-policy P] -- CMD [ARGS...]
 //!                                                run CMD once per due slot while leader
 //!                                                (ScheduledJob)
 //!   cron history PATH [--limit N]                the job's recorded slots, newest first (JSON
@@ -30,15 +30,24 @@
 //!
 //! `--error-policy` (`standard`, the default, or `session-expired`) is the recipe's
 //! [`ErrorPolicy`]: under `standard` a suspended connection ends the term at once (CMD is
-//! stopped); under `session-expired` only a lost session does, or the term's deadline passing
-//! (the session can no longer be proven alive), so a short suspension leaves the term and CMD
-//! alone. Use what the Curator services on the same path use. `watch`, `participants` and
-//! `leader` hold no term and do not take it.
+//! stopped); under `session-expired` only a lost session does, or the term's lease not being
+//! renewed in time (the session can no longer be proven alive: see [The lease](#the-lease)),
+//! so a short suspension leaves the term and CMD alone. Use what the Curator services on the
+//! same path use. `watch`, `participants` and `leader` hold no term and do not take it.
 //!
 //! HOSTS defaults to `$ZK_CONNECT`, else `127.0.0.1:2181`; DURATION is humantime (`3s`,
 //! `500ms`), the session timeout defaults to 10 s. A PATH without a leading `/` is a name under
-//! `/election`, for `cron` under `/cron`. Tracing logs go to stderr when `ZKR_LOG` is set (an `EnvFilter`, e.g.
-//! `ZKR_LOG=zookeeper_recipes=debug`).
+//! `/election`, for `cron` under `/cron`. Tracing logs go to stderr when `ZKR_LOG` is set (an
+//! `EnvFilter`, e.g. `ZKR_LOG=zookeeper_recipes=debug`).
+//!
+//! `--server-tick-time` is the servers' `tickTime`. zkr trusts a term only as long as its
+//! session's lease, the time the quorum leader provably cannot have expired the session yet;
+//! the lease trails the session timeout by a tick and a half (a follower passes its clients'
+//! heartbeats on to the quorum leader only every half tick), so zkr must know the tick. Without
+//! the option it assumes ZooKeeper's default, 2 s, but at most a third of the session timeout,
+//! and says so in a warning (on stderr with `ZKR_LOG=zookeeper_recipes=warn`). A larger value
+//! than the servers' is always safe (the lease is shorter); a smaller one is not. It must be a
+//! duration greater than zero (else exit code 2, before connecting).
 //!
 //! # Events
 //! One JSON object per line, flushed at once: on stdout for `latch` and `watch`, on stderr for
@@ -64,6 +73,8 @@
 //! {"event":"schedule_changed","from":SPEC,"to":SPEC,"ts_ms":MS}
 //! {"event":"job_paused","ts_ms":MS}
 //! {"event":"job_resumed","ts_ms":MS}
+//! {"event":"clock_skew","offset_ms":N,"tolerance_ms":N,"ts_ms":MS}
+//! {"event":"cursor_rewound","from":SLOT,"to":SLOT,"ts_ms":MS}
 //! ```
 //!
 //! `SLOT` is the slot key: the nominal instant in UTC (`2026-12-03T02:00:00Z`, with
@@ -79,14 +90,24 @@
 //! it by `--on-crash`. `schedule_changed` says that this leader's schedule differs from the one
 //! recorded with the job (`from`, `to`: each schedule's canonical text). `job_paused` and
 //! `job_resumed` say that this leader saw an operator's `zkr cron pause` or `resume`: while
-//! paused it starts no slot but triggers.
+//! paused it starts no slot but triggers. `clock_skew` says that this replica's wall clock is
+//! off the ensemble's (`offset_ms`: this host's minus the ensemble's, positive when ahead) by
+//! more than `--clock-tolerance` (`tolerance_ms`): it took up no slot, gave up its term so
+//! that an honest replica leads, and stays out of the election for a while (5 s, doubling
+//! with each skewed term in a row, at most 5 min) before it measures again. `cursor_rewound`
+//! says that the job's cursor was found beyond the ensemble's time plus the tolerance (left by
+//! an earlier version's leader whose clock ran ahead) and was brought back to the newest slot
+//! due by the ensemble's clock (`to`); slots recorded beyond it are not run again.
 //!
 //! Every line also carries `"mono_ns":NS` and `"boot_ns":NS`, the moment it was written. `ts_ms`
 //! is wall-clock time (milliseconds since the Unix epoch), for people; the `*_mono_ns` fields
 //! are the machine's `CLOCK_MONOTONIC` in nanoseconds ([`MonotonicTime`]) and the `*_boot_ns`
-//! fields the same instants on `CLOCK_BOOTTIME` ([`BootTime`], which also counts the time the
-//! host was suspended: the clock zkr's deadlines run on), both shared by every process of the
-//! machine, for programs that compare zkr's terms with their own (the fault trials do).
+//! fields the same instants on `CLOCK_BOOTTIME` ([`BootTime`]), both shared by every process of
+//! the machine, for programs that compare zkr's terms with their own (the fault trials do).
+//! Boot time also counts the time the host was suspended, which the monotonic clock does not:
+//! it is the clock zkr's deadlines run on, and the one to compare with across a suspend (the
+//! `*_mono_ns` fields stay for the programs that read them; the two differ by the time the host
+//! has spent suspended since it booted).
 //! `started_mono_ns` (`started_boot_ns`) is when the term began ([`Leadership::started_at`]; absent on `watch`'s
 //! lines, whose terms are other processes'); `ended_mono_ns` (`ended_boot_ns`) is when it stopped being valid
 //! ([`Leadership::ended_at`]: the earlier of its end and its deadline, so a zkr frozen past its
@@ -131,26 +152,39 @@
 //!
 //! # run and lock
 //! CMD runs in a process group of its own with `ZK_FENCING_TOKEN`, `ZK_LEADER_ID` and
-//! `ZK_LEADER_PATH` set. When the term ends for any reason (including its deadline passing,
-//! also right after zkr wakes from a freeze) its group gets SIGTERM at once and SIGKILL after
-//! the grace period, and zkr takes no further part until the whole group is gone. zkr exits
-//! with CMD's exit code (128 + signal when a signal killed it); `lock` exits 75 when
-//! `--timeout` ran out. SIGINT/SIGTERM to zkr stop CMD the same way, release, and exit (with
-//! CMD's code if it was running; else `run` exits 0, and `lock`, whose CMD never ran, exits
-//! 128 + signal so that `zkr lock ... && next` does not go on). CMD is not in the terminal's foreground group: Ctrl-C
-//! goes to zkr, which stops CMD; a CMD that reads the terminal is stopped by SIGTTIN.
+//! `ZK_LEADER_PATH` set. When the term ends for any reason (including its lease not being
+//! renewed, also right after zkr wakes from a freeze or the host from a suspend) its group
+//! gets SIGTERM at once and SIGKILL at the end of `--grace` or at the term's lease, whichever
+//! comes first, and zkr takes no further part until the whole group is gone. `--grace` must
+//! fit in the lease the session timeout leaves (a longer one is refused with exit code 2
+//! before connecting); without it the grace is 5 s, lowered to half that limit (see
+//! [The lease](#the-lease)). zkr exits with CMD's exit code (128 + signal when a signal killed
+//! it); `lock` exits 75 when `--timeout` ran out. SIGINT/SIGTERM to zkr stop CMD the same way,
+//! release, and exit (with CMD's code if it was running; else `run` exits 0, and `lock`, whose
+//! CMD never ran, exits 128 + signal so that `zkr lock ... && next` does not go on). CMD is
+//! not in the terminal's foreground group: Ctrl-C goes to zkr, which stops CMD; a CMD that
+//! reads the terminal is stopped by SIGTTIN.
 //!
 //! # cron run
 //! Stands for the job at PATH (a `ScheduledJob`: its election is `PATH/leader`, its slot
 //! records `PATH/slots/SLOT`). While this replica leads, each due slot is claimed in ZooKeeper
 //! first (a multi fenced by the leader's node), then CMD runs for it, supervised as `run`
 //! supervises its command: its own process group, stopped at once when the term ends (also
-//! right after a freeze), one slot's CMD at a time. CMD gets `ZK_SLOT` (the slot key),
-//! `ZK_ATTEMPT` (1, or more for a slot cut off before), `ZK_RECOVERING` (`1` when an earlier
-//! run of the slot was cut off or an operator asked for a rerun, else `0`), and
-//! `ZK_FENCING_TOKEN`, `ZK_LEADER_ID`, `ZK_LEADER_PATH` as under `run`: key every side effect by
-//! the slot and fence it by the token. Exit code 0 records the slot `succeeded`, anything else
-//! `failed` (with the code).
+//! right after a freeze or a suspend), SIGKILL at the end of `--grace` or at the term's lease,
+//! whichever comes first, one slot's CMD at a time; `--grace` is bounded and defaults as under
+//! `run` (see [The lease](#the-lease)). CMD gets `ZK_SLOT` (the slot key), `ZK_ATTEMPT` (1, or
+//! more for a slot cut off before), `ZK_RECOVERING` (`1` when an earlier run of the slot was
+//! cut off or an operator asked for a rerun, else `0`), and `ZK_FENCING_TOKEN`,
+//! `ZK_LEADER_ID`, `ZK_LEADER_PATH` as under `run`: key every side effect by the slot and
+//! fence it by the token. Exit code 0 records the slot `succeeded`, anything else `failed`
+//! (with the code).
+//!
+//! Slots come due by the ensemble's clock, not this host's: the job learns the ensemble's time
+//! from its own writes (each write's `mtime` is the quorum leader's wall clock), so that a
+//! replica whose clock is off neither runs a slot before its time nor moves the job's cursor
+//! into the future. CMD still reads this host's clock (`date`, timestamps, certificates), so a
+//! replica whose clock is off the ensemble's by more than `--clock-tolerance` (default 10 s;
+//! zero is refused with exit code 2) runs no slot and gives up its term (`clock_skew`).
 //!
 //! A bad `--cron` expression, `--tz` zone or `--every` interval ends zkr with exit code 1 and the
 //! reason before it connects. SIGINT/SIGTERM stop CMD (reason `shutdown`) and leave the job: a
@@ -168,6 +202,35 @@
 //! (extra fields: `nominal_ms`, and `reason`, `error`, `range` where they apply); `STATE` is
 //! `running`, `succeeded`, `failed`, `skipped`, `missed`, `parked` or `pending`. `resolve`
 //! refuses (exit code 1) a slot that is not parked.
+//!
+//! # The lease
+//! A term that loses touch with the servers (a blackholed link, a quorum leader that died
+//! silently) cannot be told that it is over: nobody can delete its node, and the next leader
+//! starts once the quorum expires the session. zkr therefore trusts a term only until its
+//! session's lease, the moment up to which the session provably cannot have been expired
+//! (`Leadership::stop_by`: about the session timeout after the last heartbeat that reached the
+//! quorum leader, minus a tick and a half and a margin). For `run`, `lock` and `cron run`:
+//!
+//! - SIGKILL comes at the end of the grace or at the term's lease, whichever comes first: a CMD
+//!   that ignores SIGTERM is gone before a successor can start.
+//! - Under `run` and `cron run`, a term whose lease is not renewed ends the grace before the
+//!   lease's deadline (its `not_leader` and `cmd_signalled` reason is `deadline_passed`, or
+//!   `suspended` if the connection was found broken first under `standard`), so that a CMD
+//!   that stops on SIGTERM gets its whole grace inside the lease. A `lock`'s term (an
+//!   `InterProcessMutex`'s) ends at the lease's deadline itself: when that is what ends it,
+//!   CMD gets SIGKILL right after SIGTERM.
+//! - `--grace` must fit in the lease the session timeout leaves: the timeout minus the margin
+//!   (a twentieth of it), a tick and a half, and three heartbeat intervals (an eighth of the
+//!   timeout each); 2.75 s for the default 10 s session with a 2 s tick, 850 ms for a 2 s
+//!   session with a 200 ms tick. A longer `--grace` is refused before zkr connects, with exit
+//!   code 2 and a message that names the limit. Without `--grace`, the grace is 5 s, lowered
+//!   to half that limit (so that under `session-expired` a term keeps the other half to ride
+//!   out a short suspension).
+//! - The deadlines are on boot time (`CLOCK_BOOTTIME`), which counts the time the host was
+//!   suspended: a host that resumes after its lease finds its terms over at once, and CMD
+//!   gets SIGTERM and, the lease being over, SIGKILL right after. A pause that no clock of the
+//!   host sees (a hypervisor that restores the guest's clocks on resume) is noticed only when
+//!   the wall clock is set right; until then only the fencing token protects the resource.
 //!
 //! # Parent death
 //! If zkr itself dies, even by SIGKILL, CMD is killed by the kernel (`PR_SET_PDEATHSIG`, set
@@ -454,6 +517,10 @@ struct CronRunArgs {
     /// DURATION (its end is recorded), then leave; after DURATION, stop CMD as without --drain
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     drain: Option<Duration>,
+    /// How far this host's wall clock may be off the ensemble's: further, and this replica runs
+    /// no slot and gives up its term (a `clock_skew` line) [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    clock_tolerance: Option<Duration>,
     #[command(flatten)]
     supervised: SupervisedArgs,
 }
@@ -848,6 +915,20 @@ enum Event<'a> {
     },
     /// `cron run`: the leader saw the resume.
     JobResumed {
+        ts_ms: u64,
+    },
+    /// `cron run`: this host's wall clock is off the ensemble's by more than the tolerance; the
+    /// replica took up no slot and gave up its term.
+    ClockSkew {
+        offset_ms: i64,
+        tolerance_ms: u64,
+        ts_ms: u64,
+    },
+    /// `cron run`: the job's cursor was found in the future by the ensemble's clock and brought
+    /// back.
+    CursorRewound {
+        from: &'a str,
+        to: &'a str,
         ts_ms: u64,
     },
 }
@@ -1777,6 +1858,17 @@ fn print_job_event(event: &JobEvent) {
         JobEvent::PauseChanged { paused: false } => {
             out.emit_best_effort(&Event::JobResumed { ts_ms });
         }
+        JobEvent::ClockSkew {
+            offset_ms,
+            tolerance_ms,
+        } => out.emit_best_effort(&Event::ClockSkew {
+            offset_ms: *offset_ms,
+            tolerance_ms: *tolerance_ms,
+            ts_ms,
+        }),
+        JobEvent::CursorRewound { from, to } => {
+            out.emit_best_effort(&Event::CursorRewound { from, to, ts_ms });
+        }
         _ => {}
     }
 }
@@ -1915,6 +2007,9 @@ async fn cron_run(
         .error_policy(args.supervised.policy.policy());
     if let Some(id) = args.supervised.id {
         builder = builder.id(id);
+    }
+    if let Some(tolerance) = args.clock_tolerance {
+        builder = builder.clock_tolerance(tolerance);
     }
     let started = match builder.build() {
         Ok(prepared) => {

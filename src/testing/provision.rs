@@ -12,9 +12,12 @@
 //! lock on `/tmp/zookeeper-recipes-install.lock`, so test binaries running at the same time wait
 //! for the first one, then find the packages there and install nothing. Anywhere else it does
 //! nothing and the caller reports the error that names the commands.
+//!
+//! The same goes for libfaketime ([`libfaketime`], Debian's `faketime` package), which the
+//! tests of a replica whose wall clock is off preload into that replica's process.
 
 use std::os::fd::AsFd as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -154,6 +157,61 @@ pub fn install_debian_packages(
         Some(what) => Err(HarnessError::Io {
             context: format!("after installing {}", packages.join(" ")),
             source: std::io::Error::other(format!("still missing: {what}")),
+        }),
+    }
+}
+
+/// Debian's package that brings libfaketime (its `libfaketime` dependency holds the library).
+const FAKETIME_PACKAGE: &str = "faketime";
+
+/// Where Debian puts libfaketime's preload library: under the machine's multiarch directory
+/// (`/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1` on amd64), found here by looking
+/// through `/usr/lib/*/faketime/` so that any architecture's path is found.
+fn find_libfaketime() -> Option<PathBuf> {
+    let direct = Path::new("/usr/lib/faketime/libfaketime.so.1");
+    if direct.is_file() {
+        return Some(direct.to_owned());
+    }
+    std::fs::read_dir("/usr/lib")
+        .ok()?
+        .filter_map(|entry| Some(entry.ok()?.path().join("faketime/libfaketime.so.1")))
+        .find(|lib| lib.is_file())
+}
+
+/// libfaketime's preload library, for tests that shift one process's wall clock
+/// (`LD_PRELOAD=<it> FAKETIME=+1h FAKETIME_DONT_FAKE_MONOTONIC=1`, the last so that its
+/// monotonic and boot clocks stay the machine's). Found where Debian's `faketime` package puts
+/// it, or installed with that package when it is missing and the harness may install (see
+/// the module doc), as the harness installs ZooKeeper.
+///
+/// # Errors
+///
+/// [`HarnessError::Io`] when it is missing and cannot be installed here (the error says how to
+/// install it), or installing failed.
+pub fn libfaketime() -> Result<PathBuf> {
+    let installed = install_debian_packages(
+        &[FAKETIME_PACKAGE],
+        "a test shifts one process's wall clock with libfaketime, which is missing",
+        || {
+            find_libfaketime()
+                .is_none()
+                .then(|| "/usr/lib/*/faketime/libfaketime.so.1".to_owned())
+        },
+    )?;
+    match find_libfaketime() {
+        Some(lib) => Ok(lib),
+        None => Err(HarnessError::Io {
+            context: "looking for libfaketime (/usr/lib/*/faketime/libfaketime.so.1)".to_owned(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                if installed {
+                    "not found after installing Debian's faketime package".to_owned()
+                } else {
+                    "not installed, and the harness may not install it here: on Debian/Ubuntu run \
+                     `sudo apt-get install -y faketime`"
+                        .to_owned()
+                },
+            ),
         }),
     }
 }
