@@ -890,10 +890,9 @@ async fn run_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_succes
 }
 
 /// `zkr lock` under the same fault as `run` above: the holder's command, which ignores
-/// SIGTERM, is gone before the next holder's term begins. Unlike `run`, a lock's term whose
-/// lease lapses ends at the lease's deadline itself, so CMD gets no grace then (SIGKILL with
-/// SIGTERM); it does when a suspension ends the term first (`standard`). Both error policies.
-/// Faults: a client link blackholed; a command that ignores SIGTERM.
+/// SIGTERM, is gone before the next holder's term begins, and gets its grace first (the hold
+/// ends the grace before its lease's deadline, `InterProcessMutexBuilder::stop_ahead`). Both
+/// error policies. Faults: a client link blackholed; a command that ignores SIGTERM.
 #[tokio::test]
 async fn lock_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_next_holder_starts() {
     if !zookeeper() {
@@ -926,9 +925,7 @@ async fn lock_stops_a_cmd_that_ignores_sigterm_inside_the_lease_before_the_next_
         )
         .await;
         let policy = policy.unwrap_or("default policy");
-        // An InterProcessMutex's term ends at its lease's deadline itself (the mutex has no
-        // stop_ahead): when that is what ends it, SIGKILL follows SIGTERM at once.
-        handover.check(&format!("zkr lock, {policy}"), grace, false);
+        handover.check(&format!("zkr lock, {policy}"), grace, true);
         proxy.heal();
         assert_eq!(
             a.exit(BOUND, "A after its command was SIGKILLed")

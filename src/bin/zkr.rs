@@ -213,12 +213,10 @@
 //!
 //! - SIGKILL comes at the end of the grace or at the term's lease, whichever comes first: a CMD
 //!   that ignores SIGTERM is gone before a successor can start.
-//! - Under `run` and `cron run`, a term whose lease is not renewed ends the grace before the
-//!   lease's deadline (its `not_leader` and `cmd_signalled` reason is `deadline_passed`, or
+//! - A term (or lock hold) whose lease is not renewed ends the grace before the lease's
+//!   deadline (its `not_leader` and `cmd_signalled` reason is `deadline_passed`, or
 //!   `suspended` if the connection was found broken first under `standard`), so that a CMD
-//!   that stops on SIGTERM gets its whole grace inside the lease. A `lock`'s term (an
-//!   `InterProcessMutex`'s) ends at the lease's deadline itself: when that is what ends it,
-//!   CMD gets SIGKILL right after SIGTERM.
+//!   that stops on SIGTERM gets its whole grace inside the lease.
 //! - `--grace` must fit in the lease the session timeout leaves: the timeout minus the margin
 //!   (a twentieth of it), a tick and a half, and three heartbeat intervals (an eighth of the
 //!   timeout each); 2.75 s for the default 10 s session with a 2 s tick, 850 ms for a 2 s
@@ -1625,7 +1623,10 @@ async fn lock(
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
     let session = connect(conn, session_timeout).await?;
+    // A hold whose lease is not renewed ends CMD's grace before the lease's deadline, so that
+    // CMD gets its grace (zkr stops it itself, never past the lease).
     let mut builder = InterProcessMutex::builder(&session, &args.path)
+        .stop_ahead(grace)
         .error_policy(args.supervised.policy.policy());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());

@@ -779,10 +779,13 @@ async fn follow(shared: Arc<Shared>) {
             // coordinator writes one; releasing everything would only make jobs leaderless
             // meanwhile. Publishing its absence wakes the coordinator (this replica's, if it is
             // the one), which writes it again from the current leaders: nothing moves.
+            //
+            // Always published, also when the last read found none either: the coordinator
+            // waits for a publication that differs from what it wrote, and a follower that never
+            // saw its write (the node rewritten again, garbled, before this read) would
+            // otherwise leave it waiting with a garbled node in place.
             if assignment.is_none() {
-                shared
-                    .assignment_tx
-                    .send_if_modified(|a| a.take().is_some());
+                shared.assignment_tx.send_modify(|a| *a = None);
             }
             if let Some(assignment) = assignment {
                 let changed = shared.assignment_tx.send_if_modified(|a| {

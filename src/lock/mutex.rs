@@ -22,6 +22,7 @@ pub struct InterProcessMutexBuilder {
     id: Option<String>,
     policy: ErrorPolicy,
     acl: NodeAcl,
+    stop_ahead: Duration,
 }
 
 impl InterProcessMutexBuilder {
@@ -48,23 +49,43 @@ impl InterProcessMutexBuilder {
         self
     }
 
+    /// How long before its lease deadline a hold whose lease is not renewed ends (default zero:
+    /// at the deadline). A holder that stops work with a grace of its own (`zkr lock` signals its
+    /// command, then kills it after `--grace`) asks for that grace here, so that the work is
+    /// asked to stop early enough to use its grace before a successor may start. It must fit in
+    /// the lease the session timeout leaves ([`Session::grace_limit`]).
+    pub fn stop_ahead(mut self, ahead: Duration) -> Self {
+        self.stop_ahead = ahead;
+        self
+    }
+
     /// Validates the settings. Nothing is sent to the server until an acquire.
     ///
     /// # Errors
     /// [`Error::InvalidPath`] for a relative or otherwise unusable path, [`Error::InvalidArgument`]
     /// for an id that breaks [`validate_id`](crate::path::validate_id)'s rules or a creator ACL on
-    /// a session without credentials.
+    /// a session without credentials; [`Error::GraceTooLong`] for a `stop_ahead` that does not fit
+    /// in the session's lease.
     pub fn build(self) -> Result<InterProcessMutex> {
         path::validate_path(&self.path)?;
         let id = self.id.unwrap_or_else(contender::default_participant_id);
         path::validate_id(&id)?;
         self.acl.check_usable(self.session.has_credentials())?;
+        let limit = self.session.grace_limit();
+        if self.stop_ahead > limit {
+            return Err(Error::GraceTooLong {
+                grace: self.stop_ahead,
+                limit,
+                timeout: self.session.lease_timeout(),
+            });
+        }
         Ok(InterProcessMutex {
             session: self.session,
             path: self.path,
             id,
             policy: self.policy,
             acl: self.acl,
+            stop_ahead: self.stop_ahead,
         })
     }
 }
@@ -103,6 +124,7 @@ pub struct InterProcessMutex {
     id: String,
     policy: ErrorPolicy,
     acl: NodeAcl,
+    stop_ahead: Duration,
 }
 
 impl InterProcessMutex {
@@ -114,6 +136,7 @@ impl InterProcessMutex {
             id: None,
             policy: ErrorPolicy::default(),
             acl: NodeAcl::default(),
+            stop_ahead: Duration::ZERO,
         }
     }
 
@@ -135,7 +158,7 @@ impl InterProcessMutex {
             policy: self.policy,
             mode: TermMode::Once,
             recipe: "mutex",
-            stop_ahead: Duration::ZERO,
+            stop_ahead: self.stop_ahead,
         };
         Contender::start(self.session.clone(), spec, true)
     }
