@@ -16,11 +16,12 @@
 //! 1. kills the leader with `SIGKILL`: a successor takes over once ZooKeeper expires the dead
 //!    replica's session;
 //! 2. freezes the new leader with `SIGSTOP` between its validity check and its next write (the
-//!    worst moment for a long GC pause), waits until a third replica leads and has written, and
-//!    wakes it with `SIGCONT`: the frozen replica sends the write it had prepared, the ledger
-//!    rejects it (older token), and the replica sees by itself that its term is over
-//!    ([`Leadership::is_valid`] is false: the term's deadline passed during the pause), stops,
-//!    and rejoins as a follower on a new session.
+//!    worst moment for a long GC pause: the write has left the job's hands, handed to a sender,
+//!    as a request queued on a connection), waits until a third replica leads and has written,
+//!    and wakes it with `SIGCONT`: the replica sees by itself that its term is over
+//!    ([`Leadership::is_valid`] is false: the term's deadline passed during the pause) and its
+//!    selector stops the job at once, but the write already on its way goes out; the ledger
+//!    rejects it (older token), and the replica rejoins as a follower.
 //!
 //! It prints a timeline, then a summary, and exits 0 only if the story held (no stale write
 //! accepted, tokens rising from term to term, the frozen replica noticing by itself). Every
@@ -41,7 +42,7 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use zookeeper_recipes::{
     BoxError, Fence, FencingToken, LeaderSelector, Leadership, Session, participants_on,
 };
@@ -117,12 +118,14 @@ enum Report {
         token: i64,
         valid_for_ms: u64,
     },
+    /// The prepared write went out, and the ledger answered.
+    LateWrite(LateWrite),
+    /// The job's term is over (reported when the job returns or is stopped by its selector).
     TermOver {
         token: i64,
         is_valid: bool,
         end_reason: Option<String>,
         rejected: bool,
-        late: Option<LateWrite>,
     },
     Closed,
 }
@@ -132,8 +135,9 @@ enum Report {
 struct LateWrite {
     batch: u64,
     paused_ms: u64,
-    /// What `is_valid()` said when the write went out (the job did not look, on purpose).
+    /// What `is_valid()` said when the write went out (the sender did not look, on purpose).
     was_valid: bool,
+    accepted: bool,
 }
 
 /// The replica: one `LeaderSelector` whose job writes to the director's ledger.
@@ -141,11 +145,11 @@ mod replica {
     use super::*;
 
     /// What the director says on the replica's stdin; end of input means "shut down".
+    /// (`send`, the go for a held write, does not go through the job: see [`statement_job`].)
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Command {
-        /// Prepare the next write, then wait for `Send` before sending it.
+        /// Prepare the next write and hand it to a sender that waits for `send`.
         Hold,
-        Send,
     }
 
     /// `<exe> __demo-replica <director pid> <connect string> <ledger address> <id>`
@@ -208,6 +212,8 @@ mod replica {
         let commands = Arc::new(tokio::sync::Mutex::new(commands_rx));
         let ledger = Arc::new(LedgerClient::new(ledger));
         let batches = Arc::new(AtomicU64::new(0));
+        let go = Arc::new(Notify::new());
+        let job_go = Arc::clone(&go);
         let selector = LeaderSelector::builder(&session, PATH)
             .id(id)
             .auto_requeue(true)
@@ -215,18 +221,21 @@ mod replica {
                 let commands = Arc::clone(&commands);
                 let ledger = Arc::clone(&ledger);
                 let batches = Arc::clone(&batches);
-                async move { statement_job(term, &commands, &ledger, &batches).await }
+                let go = Arc::clone(&job_go);
+                async move { statement_job(term, &commands, ledger, &batches, go).await }
             })
             .await?;
 
         let mut stdin = BufReader::new(tokio::io::stdin()).lines();
         while let Some(line) = stdin.next_line().await? {
-            let command = match line.trim() {
-                "hold" => Command::Hold,
-                "send" => Command::Send,
-                _ => continue,
-            };
-            let _ = commands_tx.send(command);
+            match line.trim() {
+                "hold" => {
+                    let _ = commands_tx.send(Command::Hold);
+                }
+                // Kept as a permit if the sender is not waiting yet.
+                "send" => go.notify_one(),
+                _ => {}
+            }
         }
         // End of input: leave the election (the node is deleted at once) and end the session.
         drop(commands_tx);
@@ -238,18 +247,29 @@ mod replica {
 
     /// The singleton job: while the term holds, write a statement batch every `WRITE_EVERY`,
     /// each carrying the term's fencing token.
+    ///
+    /// Told to hold, it checks `is_valid()`, builds the next write and hands it to a sender task
+    /// that sends it on the director's go: a write that has left the job's hands (queued on a
+    /// connection, in a socket buffer, on the wire) when the process freezes. The selector stops
+    /// the job itself at its deadline, but nothing can call that write back: only the fence
+    /// stops it.
     async fn statement_job(
         term: Leadership,
         commands: &tokio::sync::Mutex<mpsc::UnboundedReceiver<Command>>,
-        ledger: &LedgerClient,
+        ledger: Arc<LedgerClient>,
         batches: &AtomicU64,
+        go: Arc<Notify>,
     ) -> Result<(), BoxError> {
         let token = term.token();
         report(&Report::Elected { token: token.get() });
+        // Reports the end of the term however the job ends: by returning, or dropped by the
+        // selector once its grace is up (a frozen leader that runs again past its deadline).
+        let mut over = TermOverReport {
+            term: term.clone(),
+            rejected: false,
+        };
         let mut commands = commands.lock().await;
         let mut hold = false;
-        let mut late = None;
-        let mut rejected = false;
         let mut director_talks = true;
         loop {
             tokio::select! {
@@ -257,7 +277,6 @@ mod replica {
                 _ = tokio::time::sleep(WRITE_EVERY) => {}
                 command = commands.recv(), if director_talks => match command {
                     Some(Command::Hold) => hold = true,
-                    Some(Command::Send) => continue,
                     None => {
                         director_talks = false;
                         continue;
@@ -276,39 +295,69 @@ mod replica {
                 token: token.get(),
                 batch,
             };
-            if hold {
-                // Demo only: stand still between the check and the write, so that the director
-                // can freeze this process exactly there, the worst moment for a GC pause.
+            let accepted = if hold {
                 hold = false;
-                let prepared = Instant::now();
                 report(&Report::Prepared {
                     batch,
                     token: token.get(),
                     valid_for_ms: term.remaining().as_millis() as u64,
                 });
-                while !matches!(commands.recv().await, Some(Command::Send) | None) {}
-                // Woken: send at once, without checking again, as code that was paused between
-                // its check and its write does. Only the fence can stop this write now.
-                late = Some(LateWrite {
-                    batch,
-                    paused_ms: prepared.elapsed().as_millis() as u64,
-                    was_valid: term.is_valid(),
-                });
-            }
-            if !ledger.write(&write).await?.accepted {
+                let sender = tokio::spawn(send_held(
+                    Arc::clone(&ledger),
+                    write,
+                    term.clone(),
+                    Arc::clone(&go),
+                ));
+                sender.await??
+            } else {
+                ledger.write(&write).await?.accepted
+            };
+            if !accepted {
                 // The ledger has seen a newer term: we are deposed, stop.
-                rejected = true;
+                over.rejected = true;
                 break;
             }
         }
-        report(&Report::TermOver {
-            token: token.get(),
-            is_valid: term.is_valid(),
-            end_reason: term.end_reason().map(|r| r.as_str().to_owned()),
-            rejected,
-            late,
-        });
         Ok(())
+    }
+
+    /// The sender of a held write: waits for the go (the director freezes the process before it
+    /// gives it, so the go is read once the process runs again), then sends at once, without
+    /// checking again, as a write already on its way does.
+    async fn send_held(
+        ledger: Arc<LedgerClient>,
+        write: WriteRequest,
+        term: Leadership,
+        go: Arc<Notify>,
+    ) -> Result<bool, BoxError> {
+        let prepared = Instant::now();
+        go.notified().await;
+        let paused_ms = prepared.elapsed().as_millis() as u64;
+        let was_valid = term.is_valid();
+        let accepted = ledger.write(&write).await?.accepted;
+        report(&Report::LateWrite(LateWrite {
+            batch: write.batch,
+            paused_ms,
+            was_valid,
+            accepted,
+        }));
+        Ok(accepted)
+    }
+
+    struct TermOverReport {
+        term: Leadership,
+        rejected: bool,
+    }
+
+    impl Drop for TermOverReport {
+        fn drop(&mut self) {
+            report(&Report::TermOver {
+                token: self.term.token().get(),
+                is_valid: self.term.is_valid(),
+                end_reason: self.term.end_reason().map(|r| r.as_str().to_owned()),
+                rejected: self.rejected,
+            });
+        }
     }
 
     /// The replica's side of the ledger: one TCP connection, one JSON line per write and reply.
@@ -744,21 +793,21 @@ mod director {
                         secs(Duration::from_millis(valid_for_ms))
                     ));
                 }
+                Report::LateWrite(late) => {
+                    self.say(format!(
+                        "{id} had stood still {} between its check and that write; when it went out, is_valid() was already {}",
+                        secs(Duration::from_millis(late.paused_ms)),
+                        late.was_valid
+                    ));
+                    self.replicas[i].late_write = Some(late);
+                }
                 Report::TermOver {
                     token,
                     is_valid,
                     end_reason,
                     rejected,
-                    late,
                 } => {
                     let reason = end_reason.as_deref().unwrap_or("not yet");
-                    if let Some(late) = &late {
-                        self.say(format!(
-                            "{id} had stood still {} between its check and that write; when it sent it, is_valid() was already {}",
-                            secs(Duration::from_millis(late.paused_ms)),
-                            late.was_valid
-                        ));
-                    }
                     if rejected {
                         self.say(format!(
                             "{id} stops its job, deposed: the ledger said no, and is_valid() = {is_valid} (its term with token {token} ended: {reason})"
@@ -768,8 +817,7 @@ mod director {
                             "{id}'s term with token {token} ends ({reason}); is_valid() = {is_valid}, its job stops"
                         ));
                     }
-                    if late.is_some() {
-                        self.replicas[i].late_write = late;
+                    if self.replicas[i].prepared.is_some() && self.replicas[i].noticed.is_none() {
                         self.replicas[i].noticed = Some(!is_valid);
                     }
                 }
@@ -883,7 +931,7 @@ mod director {
 
         // 4. Wake the frozen one: its late write meets the fence.
         story.say(format!(
-            "=> SIGCONT {} after {} frozen: it runs again and sends the write it had prepared",
+            "=> SIGCONT {} after {} frozen: it runs again, and so does the write it had handed to its sender",
             story.ids[second.0],
             secs(frozen_at.elapsed())
         ));

@@ -366,6 +366,36 @@ fn example(name: &str) -> std::path::PathBuf {
     binary
 }
 
+/// The README's demo, against this binary's server: it exits 0 only if its story held (one
+/// leader at a time, rising tokens, the frozen leader's late write rejected by the fence, and
+/// the frozen leader seeing by itself that its term was over). Faults: SIGKILL of a leader,
+/// SIGSTOP of a leader past its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_story_holds() {
+    if !common::zookeeper() {
+        return;
+    }
+    let exe = example("demo");
+    let server = common::shared_server().await;
+    let output = within(
+        Duration::from_secs(120),
+        "the demo to finish its story",
+        tokio::process::Command::new(&exe)
+            .env("ZK_CONNECT", server.connect_string())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("cannot run the demo");
+    assert!(
+        output.status.success(),
+        "the demo's story did not hold ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Two replicas of the `service` example. SIGTERM to the leader: it deletes its node before it
 /// exits (status 0), and the other replica takes over and writes with a newer token, long
 /// before the old session (40 s) could have expired; SIGINT stops the other one the same way.
