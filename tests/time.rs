@@ -27,6 +27,8 @@ use zookeeper_recipes::{
 
 const BOUND: Duration = Duration::from_secs(30);
 const TICK: Duration = Duration::from_millis(200);
+/// The first server's session limit in the renegotiation test.
+const FIRST: Duration = Duration::from_secs(20);
 
 /// A host suspend, through the clock seam: the session of a leader reads a [`TestClock`], and
 /// the test moves its boot time ten minutes ahead while the monotonic clock (and every tokio
@@ -411,13 +413,20 @@ async fn a_silent_quorum_leader_ends_terms_but_keeps_sessions_and_the_leader() {
     }
 }
 
-/// A timeout renegotiated on a reconnect. Server 0 allows sessions up to 60 s, server 1 up to
-/// 4 s (a rolling change half done). A's session (60 s asked) starts on server 0 through a
-/// proxy, then moves to server 1 (the same session: the client asks for the 60 s it has, and
-/// server 1 clamps it to 4 s). From then on the quorum expires the session 4 s after its last
-/// touch: `safe_until` must be at most 4 s ahead, and when A is then cut off, B (waiting on
-/// server 2) must start only after A's term ended. Faults: a reconnect to a server with other
-/// limits; a client link cut.
+/// A timeout renegotiated on a reconnect. Server 0 allows sessions up to 20 s, server 1 up to
+/// 4 s (a rolling change half done). A's session (20 s asked) starts on server 0 through a
+/// proxy, then moves to server 1 (the same session: the client asks for the 20 s it has, and
+/// server 1 clamps it to 4 s). From then on the quorum may expire the session 4 s after its
+/// last touch: `safe_until` must be at most 4 s ahead, and when A is then cut off, B (waiting
+/// on server 2) must start only after A's term ended. Faults: a reconnect to a server with
+/// other limits; a client link cut.
+///
+/// How soon B leads is not this test's claim, and it is not always 4 s: server 0 reports the
+/// touches of its clients to the quorum leader in batches, with the timeout of its own
+/// connection, and a batch that lands after server 1's revalidation sets the session's expiry
+/// 20 s out again (CI stop 30 met it: B did not lead within 30 s of the cut on a 60 s first
+/// timeout). B's wait is therefore bounded by the longest timeout the session ever had, plus
+/// the usual bound; the lease, which keeps the lowest, is on the safe side of either.
 #[tokio::test]
 async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     if !zookeeper() {
@@ -426,7 +435,7 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     let cluster = TestingCluster::builder()
         .servers(3)
         .tick_time(TICK)
-        .max_session_timeout(Duration::from_secs(60))
+        .max_session_timeout(FIRST)
         .server_session_timeouts(1, Duration::from_millis(400), Duration::from_secs(4))
         .start()
         .await
@@ -440,13 +449,13 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     // Server 1 refuses A for now, so that A's session starts on server 0.
     p1.cut();
     let sa = Session::builder(format!("{},{}", p0.connect_string(), p1.connect_string()))
-        .session_timeout(Duration::from_secs(60))
+        .session_timeout(FIRST)
         .server_tick_time(TICK)
         .connection_timeout(Duration::from_secs(20))
         .connect()
         .await
         .unwrap();
-    assert_eq!(sa.negotiated_timeout(), Some(Duration::from_secs(60)));
+    assert_eq!(sa.negotiated_timeout(), Some(FIRST));
     let a_id = sa.session_id().unwrap();
     let path = unique_path("renegotiated");
     let a = LeaderLatch::builder(&sa, &path)
@@ -481,8 +490,9 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     assert_eq!(sa.session_id(), Some(a_id), "the same session moved");
     let ahead = sa.safe_until().saturating_duration_since(sa.clock().now());
     eprintln!(
-        "renegotiated: lease {} ms ahead before the move (60 s), {} ms ahead after it (4 s)",
+        "renegotiated: lease {} ms ahead before the move ({} s), {} ms ahead after it (4 s)",
         ms(before_move),
+        FIRST.as_secs(),
         ms(ahead)
     );
     assert!(
@@ -491,11 +501,13 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
         ms(ahead)
     );
 
-    // Cut A off: the quorum expires its session 4 s after the last touch, and B leads.
+    // Cut A off: the quorum expires its session 4 s (or, see above, up to 20 s) after the
+    // last touch, and B leads.
     let a_term = a.await_leadership().await.unwrap_or(a_term);
     p1.cut();
+    let cut_at = sb.clock().now();
     let b_term = within(
-        BOUND,
+        FIRST + BOUND,
         "B to lead once A's session expired",
         b.await_leadership(),
     )
@@ -503,8 +515,9 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     .unwrap();
     let a_ended = eventually(BOUND, "A's term to end", || async { a_term.ended_at() }).await;
     eprintln!(
-        "A's term ended {} ms before B's began",
-        ms(b_term.started_at().saturating_duration_since(a_ended))
+        "A's term ended {} ms before B's began; B led {} ms after the cut",
+        ms(b_term.started_at().saturating_duration_since(a_ended)),
+        ms(b_term.started_at().saturating_duration_since(cut_at))
     );
     assert!(
         a_ended <= b_term.started_at(),
