@@ -7,8 +7,10 @@
 //! Runs trials for seeds `N, N+1, ...` one after another (each starts three ZooKeeper JVMs; see
 //! `tests/trial/mod.rs`), prints one line per trial (and the whole account of a
 //! failed one, with its seed), then a table: trials, faults of each kind, terms, overlaps,
-//! stale writes accepted and rejected, orphans, the worst time to a new leader after a heal,
-//! and the seed range. Without `--seed`, the first seed is the current Unix time in seconds
+//! stale writes accepted and rejected, orphans, work that went on after its successor began,
+//! slots finished twice or run early, sessions replaced, how soon a term a host's suspend
+//! outlived ended after the resume, the time to a new leader after a heal (median, p99,
+//! worst), each error policy's share, and the seed range. Without `--seed`, the first seed is the current Unix time in seconds
 //! (printed), so that repeated runs explore new schedules; `ZKR_SEED=<n> cargo test --test
 //! fault_trials` replays any one of them. Exits 1 when a trial failed.
 //!
@@ -135,6 +137,15 @@ fn find_zkr() -> Result<PathBuf, String> {
 }
 
 #[derive(Default)]
+struct PolicyTotals {
+    trials: usize,
+    overlaps: usize,
+    stale_accepted: usize,
+    late_work: usize,
+    slots_twice_or_early: usize,
+}
+
+#[derive(Default)]
 struct Totals {
     trials: u64,
     failed: Vec<u64>,
@@ -151,8 +162,20 @@ struct Totals {
     heals: usize,
     worst: Option<(Duration, u64)>,
     times: Vec<Duration>,
-    /// Per error policy of the trial's latch-2: trials, and overlapping terms in them.
-    by_policy: BTreeMap<String, (usize, usize)>,
+    /// Per error policy of the trial's latch-2: trials, overlapping terms, stale writes
+    /// accepted, late work, slots run twice or early.
+    by_policy: BTreeMap<String, PolicyTotals>,
+    /// Work that went on after a successor's term began.
+    late_work: usize,
+    /// Slots begun before their time.
+    early_slots: usize,
+    /// Slots finished twice (a job violation of that kind).
+    slots_twice: usize,
+    /// Sessions replaced, and those no fault of their round explains.
+    sessions_replaced: usize,
+    unexplained_replacements: usize,
+    /// From a host's resume to the end of a term its suspend outlived.
+    resume_to_end: Vec<Duration>,
     /// Trials whose `syncLimit x tickTime` reaches the session timeout.
     long_sync: usize,
     session_timeout: Duration,
@@ -171,12 +194,26 @@ impl Totals {
         self.writes_accepted += r.writes_accepted();
         self.writes_rejected += r.writes_rejected();
         self.overlaps += r.overlaps();
+        let twice = r
+            .job_violations
+            .iter()
+            .filter(|v| v.contains("finished twice"))
+            .count();
         let policy = self
             .by_policy
             .entry(format!("{:?}", r.setup.latch_policy))
             .or_default();
-        policy.0 += 1;
-        policy.1 += r.overlaps();
+        policy.trials += 1;
+        policy.overlaps += r.overlaps();
+        policy.stale_accepted += r.stale_writes_accepted();
+        policy.late_work += r.late_work.len();
+        policy.slots_twice_or_early += twice + r.early_slots.len();
+        self.late_work += r.late_work.len();
+        self.early_slots += r.early_slots.len();
+        self.slots_twice += twice;
+        self.sessions_replaced += r.sessions_replaced;
+        self.unexplained_replacements += r.unexplained_replacements.len();
+        self.resume_to_end.extend(r.resume_to_end.iter().copied());
         if r.setup.sync_timeout() >= self.session_timeout {
             self.long_sync += 1;
         }
@@ -207,10 +244,15 @@ impl Totals {
                 },
             ),
         ];
-        for (policy, (trials, overlaps)) in &self.by_policy {
+        for (policy, t) in &self.by_policy {
             rows.push((
-                format!("  latch-2 {policy}: trials, overlaps"),
-                format!("{trials}, {overlaps}"),
+                format!(
+                    "  {policy} (latch-2, job-2): trials, overlaps, stale accepted, late work, slots twice or early"
+                ),
+                format!(
+                    "{}, {}, {}, {}, {}",
+                    t.trials, t.overlaps, t.stale_accepted, t.late_work, t.slots_twice_or_early
+                ),
             ));
         }
         rows.push((
@@ -246,6 +288,30 @@ impl Totals {
                 self.stale_accepted.to_string(),
             ),
             ("orphan nodes".into(), self.orphans.to_string()),
+            (
+                "work on after its successor began".into(),
+                self.late_work.to_string(),
+            ),
+            ("slots finished twice".into(), self.slots_twice.to_string()),
+            ("slots run early".into(), self.early_slots.to_string()),
+            (
+                "sessions replaced (unexplained by their round)".into(),
+                format!(
+                    "{} ({})",
+                    self.sessions_replaced, self.unexplained_replacements
+                ),
+            ),
+            (
+                "terms a suspend outlived: ended after the resume, worst".into(),
+                format!(
+                    "{}: {}",
+                    self.resume_to_end.len(),
+                    self.resume_to_end
+                        .iter()
+                        .max()
+                        .map_or("-".to_owned(), |d| format!("{} ms", d.as_millis()))
+                ),
+            ),
             (
                 format!("heals without a leader in {} ms", bound.as_millis()),
                 format!("{} of {}", self.late_leaders, self.heals),

@@ -212,7 +212,13 @@ impl Clock {
     pub fn wall_ms(&self) -> i64 {
         match &self.test {
             None => read_wall_ms(),
-            Some(t) => read_wall_ms().saturating_add(t.lock().wall_offset_ms),
+            Some(t) => {
+                let inner = t.lock();
+                inner
+                    .wall_frozen_at
+                    .unwrap_or_else(read_wall_ms)
+                    .saturating_add(inner.wall_offset_ms)
+            }
         }
     }
 
@@ -342,9 +348,9 @@ impl BootTimer {
 /// It reads the machine's clocks, except that a test can
 /// - [`suspend`](Self::suspend) the host: boot time moves ahead by the given time at once while
 ///   the monotonic clock does not, as a host that resumes from a suspend sees it;
-/// - [`freeze`](Self::freeze) it: its boot time stands still (a session that reads it believes
-///   no time passes, as in a suspended host), until [`thaw`](Self::thaw) moves it to where the
-///   machine's clock is now, in one jump;
+/// - [`freeze`](Self::freeze) it: its boot time and its wall clock stand still (a session that
+///   reads it believes no time passes, as in a suspended host), until [`thaw`](Self::thaw)
+///   moves both to where the machine's clocks are now, in one jump;
 /// - [`step_wall`](Self::step_wall): the wall clock moves and boot time does not (a hypervisor
 ///   pause the guest notices only when its wall clock is set right).
 ///
@@ -388,6 +394,8 @@ struct TestInner {
     ahead: Duration,
     /// The reading while frozen.
     frozen_at: Option<BootTime>,
+    /// The machine's wall clock when frozen (the offset is added on reading).
+    wall_frozen_at: Option<i64>,
     /// How far the wall clock runs ahead of the machine's (behind when negative).
     wall_offset_ms: i64,
 }
@@ -443,18 +451,24 @@ impl TestClock {
         });
     }
 
-    /// From now on boot time stands still, until [`thaw`](Self::thaw).
+    /// From now on boot time and the wall clock stand still, until [`thaw`](Self::thaw): a host
+    /// that is suspended, as the code on it would see it if it ran.
     pub fn freeze(&self) {
         self.state.change(|i| {
             if i.frozen_at.is_none() {
                 i.frozen_at = Some(BootTime::now() + i.ahead);
+                i.wall_frozen_at = Some(read_wall_ms());
             }
         });
     }
 
-    /// Boot time moves again, at once to where it would be had it never stood still.
+    /// Boot time and the wall clock move again, at once to where they would be had they never
+    /// stood still: the host resumes, and `CLOCK_BOOTTIME` has counted the suspend.
     pub fn thaw(&self) {
-        self.state.change(|i| i.frozen_at = None);
+        self.state.change(|i| {
+            i.frozen_at = None;
+            i.wall_frozen_at = None;
+        });
     }
 
     /// The wall clock jumps by `ms` (back when negative); boot time does not move.
@@ -504,11 +518,13 @@ mod tests {
         test.suspend(Duration::from_secs(3600));
         assert!(clock.now() - t0 >= Duration::from_secs(3600));
         test.freeze();
-        let frozen = clock.now();
+        let (frozen, frozen_wall) = (clock.now(), clock.wall_ms());
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(clock.now(), frozen, "a frozen clock stands still");
+        assert_eq!(clock.wall_ms(), frozen_wall, "its wall clock too");
         test.thaw();
         assert!(clock.now() - frozen >= Duration::from_millis(20));
+        assert!(clock.wall_ms() - frozen_wall >= 20);
         let wall = clock.wall_ms();
         test.step_wall(60_000);
         assert!(clock.wall_ms() - wall >= 60_000);

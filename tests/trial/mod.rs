@@ -59,7 +59,7 @@
 // what those callers use.
 #![allow(dead_code, unreachable_pub)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -74,9 +74,10 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use zookeeper_recipes::clock::BootTime;
+use zookeeper_recipes::clock::{BootTime, TestClock};
 use zookeeper_recipes::job::{
-    CatchUp, JobAdmin, MAX_HISTORY, ScheduledJob, SlotRecord, SlotRun, SlotState,
+    CatchUp, JobAdmin, MAX_HISTORY, Schedule, ScheduledJob, SkewedClock, SlotRecord, SlotRun,
+    SlotState, WallClock,
 };
 use zookeeper_recipes::testing::history::{History, Term, Violation, Write};
 use zookeeper_recipes::testing::{
@@ -133,6 +134,13 @@ const WRITE_EVERY: Duration = Duration::from_millis(25);
 /// Bound on the harness's own waits that do not measure the recipes (a JVM restart, a child
 /// exiting): generous, for a loaded two-core machine.
 const HARNESS_BOUND: Duration = Duration::from_secs(40);
+/// How soon after its host resumes a term that the suspend outlived must have ended: the
+/// session's deadline timers wake on the clock's jump, so this is scheduling time (generous,
+/// for a loaded two-core machine). Later is a term running on after a suspend.
+const RESUME_BOUND: Duration = Duration::from_secs(1);
+/// How early a run may start by the host's wall clock (the ensemble's: its servers run here)
+/// and still count as on time: `Stat.mtime` is whole milliseconds.
+const EARLY_SLACK_MS: i64 = 2;
 
 // ---------------------------------------------------------------------------------------------
 // The seeded generator
@@ -231,11 +239,62 @@ pub enum FaultKind {
     /// the leader of that moment: what one sends the other does not receive, the other way
     /// still flows.
     OneWayCut,
+    /// The host of an in-process session suspends (a laptop lid, a hibernated VM): its link
+    /// passes nothing, its boot clock stands still (the session's [`TestClock`]: what its
+    /// timers and deadlines read) and its work is held at its next write, as a stopped process
+    /// is; at the heal the clock jumps to the real time at once (the suspend counted, as
+    /// `CLOCK_BOOTTIME` counts it), the work goes on, then the link heals. Held past the
+    /// session timeout, so that the quorum expires the session and another leads meanwhile.
+    Suspend,
+    /// One job replica's wall clock is off: stepped now by an offset, or the replica restarted
+    /// with it (a template VM, a bad NTP source); stepped back at the heal. Offsets within and
+    /// far beyond the job's clock tolerance ([`SKEWS`]).
+    SkewClock,
+    /// `SIGSTOP` the quorum leader of that moment for longer than `syncLimit x tickTime`: a
+    /// host that dies silently, without a reset; the followers wait out the sync limit, then
+    /// elect another. Leases lapse meanwhile; sessions must not be thrown away.
+    SilentLeader,
+    /// Restart every server in turn with another `maxSessionTimeout` (a rolling configuration
+    /// change): sessions that move to a restarted server renegotiate their timeout, down or
+    /// back up ([`ROLLING_MAX`]).
+    RollingRestart,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 19] = [
+        FaultKind::KillServer,
+        FaultKind::KillLeader,
+        FaultKind::PauseServer,
+        FaultKind::LoseQuorum,
+        FaultKind::CutLink,
+        FaultKind::BlackholeLink,
+        FaultKind::LoseReplies,
+        FaultKind::FreezeProcess,
+        FaultKind::ExpireSession,
+        FaultKind::RestartContender,
+        FaultKind::KillProcess,
+        FaultKind::IsolateFollower,
+        FaultKind::IsolateLeader,
+        FaultKind::SplitMinority,
+        FaultKind::OneWayCut,
+        FaultKind::Suspend,
+        FaultKind::SkewClock,
+        FaultKind::SilentLeader,
+        FaultKind::RollingRestart,
+    ];
+
+    /// The kinds of time and everyday operations, drawn by [`plan`] from a generator of their
+    /// own, so that the rounds every seed drew before they came stay what they were.
+    pub const TIME: [FaultKind; 4] = [
+        FaultKind::Suspend,
+        FaultKind::SkewClock,
+        FaultKind::SilentLeader,
+        FaultKind::RollingRestart,
+    ];
+
+    /// The kinds drawn first for every round.
+    const CLASSIC: [FaultKind; 15] = [
         FaultKind::KillServer,
         FaultKind::KillLeader,
         FaultKind::PauseServer,
@@ -271,6 +330,10 @@ impl FaultKind {
             FaultKind::IsolateLeader => "isolate-leader",
             FaultKind::SplitMinority => "split",
             FaultKind::OneWayCut => "one-way-cut",
+            FaultKind::Suspend => "suspend",
+            FaultKind::SkewClock => "skew-clock",
+            FaultKind::SilentLeader => "silent-leader",
+            FaultKind::RollingRestart => "rolling-restart",
         }
     }
 
@@ -285,9 +348,28 @@ impl FaultKind {
                 | FaultKind::IsolateLeader
                 | FaultKind::SplitMinority
                 | FaultKind::OneWayCut
+                | FaultKind::SilentLeader
+                | FaultKind::RollingRestart
         )
     }
 }
+
+/// The wall-clock offsets of [`FaultKind::SkewClock`], in milliseconds, and whether the replica
+/// is restarted with it (else its running clock steps): an hour either way, thirty days
+/// ahead, and two seconds either way (within the job's tolerance: it runs on, by the
+/// ensemble's clock).
+pub const SKEWS: [(i64, bool); 6] = [
+    (3_600_000, false),
+    (-3_600_000, false),
+    (30 * 86_400_000, true),
+    (3_600_000, true),
+    (2_000, false),
+    (-2_000, true),
+];
+
+/// The `maxSessionTimeout` of a [`FaultKind::RollingRestart`], in percent of the trials'
+/// session timeout; 0 is back to the cluster's own (60 s).
+pub const ROLLING_MAX: [u32; 3] = [50, 75, 0];
 
 impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -332,6 +414,28 @@ impl fmt::Display for Fault {
                 write!(f, "{} server {}", self.kind, self.target)
             }
             FaultKind::LoseQuorum => write!(f, "lose-quorum: all but server {}", self.target),
+            FaultKind::Suspend => write!(f, "suspend session-{}'s host", self.target),
+            FaultKind::SkewClock => {
+                let (offset, restart) = SKEWS[(self.target / SESSIONS) % SKEWS.len()];
+                write!(
+                    f,
+                    "skew {}'s wall clock {offset:+} ms ({})",
+                    JOB_IDS[self.target % SESSIONS],
+                    if restart {
+                        "restarted with it"
+                    } else {
+                        "stepped"
+                    }
+                )
+            }
+            FaultKind::SilentLeader => write!(f, "silent-leader: SIGSTOP past the sync limit"),
+            FaultKind::RollingRestart => match ROLLING_MAX[self.target % ROLLING_MAX.len()] {
+                0 => write!(f, "rolling-restart: maxSessionTimeout back to 60 s"),
+                p => write!(
+                    f,
+                    "rolling-restart: maxSessionTimeout {p}% of the session timeout"
+                ),
+            },
             FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
                 write!(f, "{} {}", self.kind, link_name(self.target))
             }
@@ -377,14 +481,53 @@ fn link_name(link: usize) -> String {
 /// them on a server (the quorum survives a round; it is the clients' faults that are combined).
 /// Holds range from a tenth of the session timeout to two and a half times it; a frozen process
 /// is held past its session timeout (1.5 to 3 times it).
+///
+/// Then, from a generator of their own (so that the faults drawn before stay what they were),
+/// two rounds in five get one fault of time or operations more ([`FaultKind::TIME`]), on a
+/// target none of the round's faults touches: a suspended host is held past its session
+/// timeout (1.5 to 3 times it), a silent quorum leader past `syncLimit x tickTime` (by half a
+/// second to a second and a half).
 pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
+    let mut out = classic_plan(seed, rounds, session_timeout);
+    let sync_timeout = setup(seed, session_timeout).sync_timeout();
+    let mut rng = Rng::new(seed ^ 0x7133_0000_0000);
+    for round in &mut out {
+        if !rng.chance(40) {
+            continue;
+        }
+        let kind = FaultKind::TIME[rng.below(FaultKind::TIME.len())];
+        let target = match kind {
+            FaultKind::Suspend => rng.below(SESSIONS),
+            FaultKind::SkewClock => rng.below(SESSIONS * SKEWS.len()),
+            FaultKind::RollingRestart => rng.below(ROLLING_MAX.len()),
+            _ => 0,
+        };
+        let fault = Fault { kind, target };
+        let hold = match kind {
+            FaultKind::Suspend => rng.between(session_timeout * 3 / 2, session_timeout * 3),
+            FaultKind::SilentLeader => {
+                sync_timeout + rng.between(Duration::from_millis(500), Duration::from_millis(1500))
+            }
+            _ => round.hold,
+        };
+        if round.faults.iter().any(|f| conflicts(f, &fault)) {
+            continue;
+        }
+        round.faults.push(fault);
+        round.hold = round.hold.max(hold);
+    }
+    out
+}
+
+/// The rounds of the kinds drawn first ([`FaultKind::CLASSIC`]).
+fn classic_plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
     let mut rng = Rng::new(seed);
     let mut out = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let count = if rng.chance(33) { 2 } else { 1 };
         let mut faults: Vec<Fault> = Vec::with_capacity(count);
         while faults.len() < count {
-            let kind = FaultKind::ALL[rng.below(FaultKind::ALL.len())];
+            let kind = FaultKind::CLASSIC[rng.below(FaultKind::CLASSIC.len())];
             let target = match kind {
                 FaultKind::KillServer | FaultKind::PauseServer | FaultKind::LoseQuorum => {
                     rng.below(SERVERS)
@@ -399,6 +542,11 @@ pub fn plan(seed: u64, rounds: usize, session_timeout: Duration) -> Vec<Round> {
                 FaultKind::ExpireSession => rng.below(EXPIRABLE_SESSIONS),
                 FaultKind::FreezeProcess | FaultKind::KillProcess => rng.below(CHILDREN),
                 FaultKind::RestartContender => rng.below(CONTENDERS.len()),
+                // Drawn by `plan` only.
+                FaultKind::Suspend
+                | FaultKind::SkewClock
+                | FaultKind::SilentLeader
+                | FaultKind::RollingRestart => continue,
             };
             let fault = Fault { kind, target };
             if faults.iter().any(|f| conflicts(f, &fault)) {
@@ -492,7 +640,9 @@ fn conflicts(a: &Fault, b: &Fault) -> bool {
     // What each touches: a link, a child process, a contender.
     let link = |f: &Fault| match f.kind {
         FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => Some(f.target),
-        FaultKind::ExpireSession => Some(f.target),
+        FaultKind::ExpireSession | FaultKind::Suspend => Some(f.target),
+        // The job replica on that session.
+        FaultKind::SkewClock => Some(f.target % SESSIONS),
         FaultKind::FreezeProcess | FaultKind::KillProcess => Some(SESSIONS + f.target),
         FaultKind::RestartContender => CONTENDERS
             .get(f.target)
@@ -679,6 +829,17 @@ pub struct TrialReport {
     pub job_runs: Vec<JobRun>,
     /// The job's slot records after the trial closed, newest first.
     pub job_records: Vec<SlotRecord>,
+    /// Work (a job run, a selector's closure) that really went on after a successor's term
+    /// began.
+    pub late_work: Vec<String>,
+    /// Runs of a slot begun before the slot's time by the ensemble's clock.
+    pub early_slots: Vec<String>,
+    /// In-process sessions replaced by a new ZooKeeper session.
+    pub sessions_replaced: usize,
+    /// Of those, the ones no fault of their round explains (see [`FaultKind::SilentLeader`]).
+    pub unexplained_replacements: Vec<String>,
+    /// For each term that a host's suspend outlived: from the resume to the term's end.
+    pub resume_to_end: Vec<Duration>,
 }
 
 /// One run of the scheduled job, as its closure saw it.
@@ -701,6 +862,24 @@ pub struct JobRun {
     /// valid), `Some(false)` when it returned an error (its term ended first), `None` when it
     /// never returned (aborted).
     pub ok: Option<bool>,
+    /// The ZooKeeper session of its term.
+    pub session_id: i64,
+    /// When its term began (a successor's work must not begin before this run stopped).
+    pub term_start: BootTime,
+    /// When the closure really stopped (returned or was aborted), valid or not; `None` while it
+    /// runs.
+    pub stopped: Option<BootTime>,
+    /// The slot's nominal instant (ms since the epoch) for a slot of the schedule.
+    pub nominal_ms: Option<i64>,
+    /// The host's wall clock when the closure began (the servers' clock: they run here).
+    pub started_wall_ms: i64,
+}
+
+/// The host's wall clock, in ms since the Unix epoch.
+fn wall_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl fmt::Display for JobRun {
@@ -777,6 +956,8 @@ impl TrialReport {
             && self.orphans.is_empty()
             && self.problems.is_empty()
             && self.job_violations.is_empty()
+            && self.late_work.is_empty()
+            && self.early_slots.is_empty()
     }
 
     /// How many violations are overlapping terms.
@@ -844,8 +1025,30 @@ impl TrialReport {
             faults.join("; ")
         );
         let _ = writeln!(s, "  job: {}", self.job);
+        if self.sessions_replaced > 0 || !self.resume_to_end.is_empty() {
+            let _ = writeln!(
+                s,
+                "  sessions replaced: {} ({} unexplained); terms a suspend outlived: {}, ended {:?} ms after the resume",
+                self.sessions_replaced,
+                self.unexplained_replacements.len(),
+                self.resume_to_end.len(),
+                self.resume_to_end
+                    .iter()
+                    .map(Duration::as_millis)
+                    .collect::<Vec<_>>()
+            );
+        }
         for v in &self.violations {
             let _ = writeln!(s, "  violation: {v}");
+        }
+        for v in &self.late_work {
+            let _ = writeln!(s, "  late work: {v}");
+        }
+        for v in &self.early_slots {
+            let _ = writeln!(s, "  early slot: {v}");
+        }
+        for v in &self.unexplained_replacements {
+            let _ = writeln!(s, "  unexplained replacement: {v}");
         }
         for v in &self.job_violations {
             let _ = writeln!(s, "  job violation: {v}");
@@ -901,20 +1104,56 @@ impl TrialReport {
 // ---------------------------------------------------------------------------------------------
 // Recording
 
+/// The in-process sessions whose host is suspended now ([`FaultKind::Suspend`]), by ZooKeeper
+/// session id: the work of a term on one of them is held at its next step until the host
+/// resumes, as the threads of a stopped host are.
+struct Gates {
+    suspended: tokio::sync::watch::Sender<BTreeSet<i64>>,
+}
+
+impl Gates {
+    fn new() -> Arc<Gates> {
+        Arc::new(Gates {
+            suspended: tokio::sync::watch::channel(BTreeSet::new()).0,
+        })
+    }
+
+    fn suspend(&self, session: i64) {
+        self.suspended.send_modify(|s| {
+            s.insert(session);
+        });
+    }
+
+    fn resume(&self, session: i64) {
+        self.suspended.send_modify(|s| {
+            s.remove(&session);
+        });
+    }
+
+    /// Returns at once unless `session`'s host is suspended; else when it resumes.
+    async fn wait_running(&self, session: i64) {
+        let mut rx = self.suspended.subscribe();
+        let _ = rx.wait_for(|s| !s.contains(&session)).await;
+    }
+}
+
 /// A fenced resource standing for a database row: admits a write only if its token is at least
 /// the highest seen, and records every write.
 struct Resource {
     name: String,
     fence: Fence,
     writes: Mutex<Vec<Write>>,
+    /// The trial's suspended hosts, whose work waits before it writes.
+    gates: Arc<Gates>,
 }
 
 impl Resource {
-    fn new(name: &str) -> Arc<Resource> {
+    fn new(name: &str, gates: &Arc<Gates>) -> Arc<Resource> {
         Arc::new(Resource {
             name: name.to_owned(),
             fence: Fence::new(),
             writes: Mutex::new(Vec::new()),
+            gates: Arc::clone(gates),
         })
     }
 
@@ -970,6 +1209,90 @@ struct Book {
     groups: Vec<i32>,
     /// The scheduled job's runs, in the order they started.
     runs: Vec<JobRun>,
+    /// The selector's closures, as they really ran.
+    works: Vec<Work>,
+    /// Hosts suspended and resumed ([`FaultKind::Suspend`]).
+    suspensions: Vec<Suspension>,
+    /// In-process sessions replaced by a new ZooKeeper session: (session index, when, old id,
+    /// new id).
+    replaced: Vec<(usize, BootTime, i64, i64)>,
+}
+
+/// Work of a term as it really ran: from its start to when it really stopped (its closure
+/// returned or was aborted), not to when its term stopped being valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Work {
+    /// The election.
+    pub election: &'static str,
+    /// Who did it.
+    pub holder: String,
+    /// The ZooKeeper session of its term.
+    pub session_id: i64,
+    /// The term's token.
+    pub token: FencingToken,
+    /// When it began.
+    pub start: BootTime,
+    /// When it really stopped; `None` while it runs.
+    pub end: Option<BootTime>,
+}
+
+/// An in-process session's host suspended from `from` to `to` (boot time, which counts it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Suspension {
+    /// Which in-process session.
+    pub session: usize,
+    /// Its ZooKeeper session then.
+    pub id: i64,
+    /// When the host stopped.
+    pub from: BootTime,
+    /// When it resumed.
+    pub to: BootTime,
+}
+
+impl Suspension {
+    /// What a suspended host's work or term that ended at `end` is taken to have ended at: the
+    /// suspend's start when it spanned it and ended within [`RESUME_BOUND`] of the resume (it
+    /// did nothing while the host was stopped, and stopped at once on resume); else `end`.
+    fn effective_end(&self, id: i64, start: BootTime, end: BootTime) -> BootTime {
+        if id == self.id && start < self.from && end >= self.from && end <= self.to + RESUME_BOUND {
+            self.from
+        } else {
+            end
+        }
+    }
+}
+
+/// Records the selector's closure from its start until dropped.
+struct WorkEnds {
+    book: Shared,
+    index: usize,
+}
+
+impl WorkEnds {
+    fn start(book: &Shared, election: &'static str, holder: &str, term: &Leadership) -> Self {
+        let mut b = lock(book);
+        b.works.push(Work {
+            election,
+            holder: holder.to_owned(),
+            session_id: term.session_id(),
+            token: term.token(),
+            start: BootTime::now(),
+            end: None,
+        });
+        WorkEnds {
+            book: Arc::clone(book),
+            index: b.works.len() - 1,
+        }
+    }
+}
+
+impl Drop for WorkEnds {
+    fn drop(&mut self) {
+        let now = BootTime::now();
+        if let Some(w) = lock(&self.book).works.get_mut(self.index) {
+            w.end = Some(now);
+        }
+    }
 }
 
 type Shared = Arc<Mutex<Book>>;
@@ -1235,6 +1558,14 @@ struct World {
     job_starts: u64,
     /// How many times a job replica was taken down (every other one drains).
     job_closes: u64,
+    /// Each in-process session's clock (its host's boot and wall clocks, for a suspend).
+    clocks: Vec<TestClock>,
+    /// Each job replica's wall clock (`job-i`'s, for a skew).
+    skews: Vec<Arc<SkewedClock>>,
+    /// The suspended hosts, whose work waits.
+    gates: Arc<Gates>,
+    /// The servers' session-timeout limits at the start.
+    limits: (Duration, Duration),
     /// The resource's server and the session loggers.
     _tasks: JoinSet<()>,
 }
@@ -1247,7 +1578,7 @@ impl World {
     fn resource(&self, election: &str) -> Arc<Resource> {
         match self.resources.get(election) {
             Some(r) => Arc::clone(r),
-            None => Resource::new(election),
+            None => Resource::new(election, &self.gates),
         }
     }
 
@@ -1297,6 +1628,8 @@ impl World {
                         let hold = lock(&rng).between(session_timeout / 10, session_timeout);
                         async move {
                             record_local(&book, LOCK_ELECTION, def.id, &term);
+                            resource.gates.wait_running(term.session_id()).await;
+                            let _work = WorkEnds::start(&book, LOCK_ELECTION, def.id, &term);
                             let never = CancellationToken::new();
                             let until = tokio::time::Instant::now() + hold;
                             write_while_valid(&term, def.id, &resource, Some((until, &never)))
@@ -1368,8 +1701,13 @@ impl World {
         )));
         let book = Arc::clone(&self.book);
         let resource = Arc::clone(&self.job_resource);
+        let wall: Arc<dyn WallClock> = self
+            .skews
+            .get(i)
+            .map_or_else(|| Arc::new(SkewedClock::new(0)), Arc::clone);
         let job = ScheduledJob::builder(&self.sessions[i], self.job_path.clone())
             .every(JOB_EVERY)
+            .wall_clock(wall)
             .id(id)
             .catch_up(CatchUp::All)
             .history_limit(MAX_HISTORY)
@@ -1480,7 +1818,8 @@ fn contender_error(id: &'static str) -> impl FnOnce(zookeeper_recipes::Error) ->
 }
 
 /// Writes to `resource` while `term` is valid (checked right before every write), until it
-/// ends, `until` passes or `stop` fires.
+/// ends, `until` passes or `stop` fires. While the term's host is suspended it waits before
+/// the check, as a stopped thread would.
 async fn write_while_valid(
     term: &Leadership,
     id: &str,
@@ -1493,6 +1832,7 @@ async fn write_while_valid(
         {
             return;
         }
+        resource.gates.wait_running(term.session_id()).await;
         if !term.is_valid() {
             return;
         }
@@ -1607,6 +1947,7 @@ impl Drop for RunEnds {
         let mut b = lock(&self.book);
         if let Some(run) = b.runs.get_mut(self.index) {
             run.end = Some(end);
+            run.stopped = Some(now);
             run.ok = self.ok;
         }
     }
@@ -1623,6 +1964,8 @@ async fn job_run(
     hold: Duration,
 ) -> std::result::Result<(), std::io::Error> {
     let term = run.leadership().clone();
+    // A host suspended starts nothing until it resumes.
+    resource.gates.wait_running(term.session_id()).await;
     let index = {
         let mut b = lock(&book);
         b.runs.push(JobRun {
@@ -1633,6 +1976,11 @@ async fn job_run(
             start: BootTime::now(),
             end: None,
             ok: None,
+            session_id: term.session_id(),
+            term_start: term.started_at(),
+            stopped: None,
+            nominal_ms: Schedule::parse_key(run.slot()).map(|_| run.nominal_ms()),
+            started_wall_ms: wall_now_ms(),
         });
         b.runs.len() - 1
     };
@@ -1883,6 +2231,10 @@ struct Damage {
     busy_children: Vec<usize>,
     /// Links between servers are cut (an isolation, a split, a one-way cut).
     peers_cut: bool,
+    /// Suspended hosts: (session index, its ZooKeeper session, when).
+    suspended: Vec<(usize, i64, BootTime)>,
+    /// Job replicas whose wall clock is off.
+    skewed: Vec<usize>,
 }
 
 /// Runs one trial; see the [module docs](self).
@@ -1918,9 +2270,12 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
     for _ in 0..LINKS {
         proxies.push(FaultProxy::start(&servers).await?);
     }
+    let limits = cluster.session_timeouts(0)?;
     let mut sessions = Vec::with_capacity(SESSIONS);
-    for proxy in proxies.iter().take(SESSIONS) {
+    let clocks: Vec<TestClock> = (0..SESSIONS).map(|_| TestClock::new()).collect();
+    for (proxy, clock) in proxies.iter().zip(&clocks) {
         let session = Session::builder(proxy.connect_string())
+            .clock(clock.clock())
             .server_tick_time(setup.tick)
             .session_timeout(config.session_timeout)
             .connection_timeout(Duration::from_secs(5))
@@ -1937,9 +2292,10 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         .iter()
         .map(|e| (*e, format!("{root}/{e}")))
         .collect();
+    let gates = Gates::new();
     let resources: BTreeMap<&'static str, Arc<Resource>> = ELECTIONS
         .iter()
-        .map(|e| (*e, Resource::new(&format!("{e}-row"))))
+        .map(|e| (*e, Resource::new(&format!("{e}-row"), &gates)))
         .collect();
     let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
         .await
@@ -1952,10 +2308,12 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
     if let Some(r) = resources.get(LOCK_ELECTION) {
         tasks.spawn(serve_resource(listener, Arc::clone(r)));
     }
-    // The in-process sessions' state changes go into the log, as zkr's lines do.
+    // The in-process sessions' state changes go into the log, as zkr's lines do, and every
+    // ZooKeeper session replaced by another is counted.
     for (i, session) in sessions.iter().enumerate() {
         let changes = session.state_changes();
         let book = Arc::clone(&book);
+        let mut last = session.session_id();
         tasks.spawn(async move {
             use futures::StreamExt;
             let mut changes = std::pin::pin!(changes);
@@ -1968,6 +2326,12 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
                     &book,
                     format!("session-{i}: {state}{id} (epoch {})", status.epoch),
                 );
+                if let Some(new) = status.session_id {
+                    if let Some(old) = last.filter(|old| *old != new) {
+                        lock(&book).replaced.push((i, BootTime::now(), old, new));
+                    }
+                    last = Some(new);
+                }
             }
         });
     }
@@ -1986,9 +2350,15 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
         rng: Rng::new(config.seed ^ 0x5EED),
         job_path: format!("{root}/{JOB_ELECTION}"),
         jobs: (0..SESSIONS).map(|_| None).collect(),
-        job_resource: Resource::new(&format!("{JOB_ELECTION}-row")),
+        job_resource: Resource::new(&format!("{JOB_ELECTION}-row"), &gates),
         job_starts: 0,
         job_closes: 0,
+        clocks,
+        skews: (0..SESSIONS)
+            .map(|_| Arc::new(SkewedClock::new(0)))
+            .collect(),
+        gates,
+        limits,
         _tasks: tasks,
     };
     let outcome = drive(&mut world, &plan).await;
@@ -2008,6 +2378,8 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
 struct Driven {
     faults: BTreeMap<FaultKind, usize>,
     heals: Vec<BootTime>,
+    /// When each round began, and its faults.
+    rounds: Vec<(BootTime, Vec<Fault>)>,
     orphans: Vec<String>,
     job_records: Vec<SlotRecord>,
 }
@@ -2028,7 +2400,9 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
 
     let mut faults: BTreeMap<FaultKind, usize> = BTreeMap::new();
     let mut heals = Vec::new();
+    let mut rounds = Vec::new();
     for (n, round) in plan.iter().enumerate() {
+        rounds.push((BootTime::now(), round.faults.clone()));
         note(
             &world.book,
             format!("round {n}: {round:?}; {}", load_average()),
@@ -2066,6 +2440,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     Ok(Driven {
         faults,
         heals,
+        rounds,
         orphans,
         job_records,
     })
@@ -2251,6 +2626,82 @@ async fn apply(world: &mut World, fault: &Fault, damage: &mut Damage) -> Result<
         | FaultKind::IsolateLeader
         | FaultKind::SplitMinority
         | FaultKind::OneWayCut => return cut_peers(world, fault, damage).await,
+        FaultKind::Suspend => {
+            let i = fault.target;
+            let (Some(session), Some(proxy), Some(clock)) = (
+                world.sessions.get(i),
+                world.proxies.get(i),
+                world.clocks.get(i),
+            ) else {
+                return Ok(false);
+            };
+            let Some(id) = session.session_id() else {
+                note(&book, format!("{fault}: no session now; skipped"));
+                return Ok(false);
+            };
+            // All at once, as a host stops: its work, its clocks, its link.
+            world.gates.suspend(id);
+            clock.freeze();
+            proxy.blackhole();
+            damage.links.push(i);
+            damage.suspended.push((i, id, BootTime::now()));
+            note(&book, format!("{fault}: session {id:#x}"));
+        }
+        FaultKind::SkewClock => {
+            let replica = fault.target % SESSIONS;
+            let (offset, restart) = SKEWS[(fault.target / SESSIONS) % SKEWS.len()];
+            if world.jobs.get(replica).is_none_or(Option::is_none) {
+                return Ok(false);
+            }
+            let Some(clock) = world.skews.get(replica).cloned() else {
+                return Ok(false);
+            };
+            if restart {
+                world.close_job(replica).await;
+                clock.set_offset_ms(offset);
+                world.start_job(replica).await?;
+            } else {
+                clock.set_offset_ms(offset);
+            }
+            damage.skewed.push(replica);
+            note(&book, format!("{fault}"));
+        }
+        FaultKind::SilentLeader => {
+            let Some(index) = world.cluster.leader_index().await? else {
+                note(&book, format!("{fault}: no quorum leader now; skipped"));
+                return Ok(false);
+            };
+            world.cluster.pause_server(index)?;
+            damage.paused_servers.push(index);
+            note(
+                &book,
+                format!(
+                    "{fault}: paused server {index}, the quorum leader (sync limit {} ms)",
+                    world.setup.sync_timeout().as_millis()
+                ),
+            );
+        }
+        FaultKind::RollingRestart => {
+            let percent = ROLLING_MAX[fault.target % ROLLING_MAX.len()];
+            let (min, max) = if percent == 0 {
+                world.limits
+            } else {
+                let max = world.config.session_timeout * percent / 100;
+                (world.limits.0.min(max), max)
+            };
+            for index in 0..SERVERS {
+                world.cluster.set_session_timeouts(index, min, max)?;
+                world.cluster.restart_server(index).await?;
+                note(
+                    &book,
+                    format!(
+                        "{fault}: server {index} restarted with sessions of {} to {} ms",
+                        min.as_millis(),
+                        max.as_millis()
+                    ),
+                );
+            }
+        }
     }
     Ok(true)
 }
@@ -2373,6 +2824,37 @@ fn child_of(fault: &Fault) -> Option<usize> {
 /// Undoes a round's damage: the world whole again, the ensemble with one leader.
 async fn heal(world: &mut World, damage: &mut Damage) -> Result<()> {
     let book = Arc::clone(&world.book);
+    // A suspended host resumes first: its clocks jump (boot time has counted the suspend), its
+    // work goes on; its link heals with the other links, after.
+    for (i, id, from) in damage.suspended.drain(..) {
+        if let Some(clock) = world.clocks.get(i) {
+            clock.thaw();
+        }
+        let to = BootTime::now();
+        world.gates.resume(id);
+        lock(&book).suspensions.push(Suspension {
+            session: i,
+            id,
+            from,
+            to,
+        });
+        note(
+            &book,
+            format!(
+                "session-{i}'s host resumed after {} ms",
+                to.saturating_duration_since(from).as_millis()
+            ),
+        );
+    }
+    for replica in damage.skewed.drain(..) {
+        if let Some(clock) = world.skews.get(replica) {
+            clock.set_offset_ms(0);
+        }
+        note(
+            &book,
+            format!("{}'s wall clock stepped back", JOB_IDS[replica]),
+        );
+    }
     for index in damage.paused_servers.drain(..) {
         world.cluster.resume_server(index)?;
         note(&book, format!("resumed server {index}"));
@@ -2512,15 +2994,44 @@ async fn finish(
     let mut history = History::default();
     let mut problems;
     let log;
+    let suspensions;
+    let replaced;
+    let mut works;
+    let mut resumed = Vec::new();
     {
         let b = lock(&world.book);
+        suspensions = b.suspensions.clone();
+        replaced = b.replaced.clone();
+        works = b.works.clone();
         for (election, holder, term) in &b.local {
-            history.terms.push(to_term(election, holder, term));
+            let mut t = to_term(election, holder, term);
+            // A term that a suspend outlived did nothing while its host was stopped: it ends,
+            // for the checker, when the host stopped, provided that it ended at once on resume.
+            if let Some(end) = t.end {
+                for s in &suspensions {
+                    let effective = s.effective_end(term.session_id(), t.start, end);
+                    if effective != end {
+                        resumed.push(end.saturating_duration_since(s.to));
+                        t.end = Some(effective);
+                    } else if term.session_id() == s.id && t.start < s.from && end > s.to {
+                        // Ended later than the bound after the resume: a problem below.
+                        resumed.push(end.saturating_duration_since(s.to));
+                    }
+                }
+            }
+            history.terms.push(t);
         }
         history.terms.extend(b.remote.iter().cloned());
         problems = b.problems.clone();
         log = b.log.clone();
     }
+    // Terms that ran on after their host resumed (beyond the bound) are problems.
+    problems.extend(
+        resumed
+            .iter()
+            .filter(|d| **d > RESUME_BOUND)
+            .map(|d| format!("a term ran on {} ms after its host resumed", d.as_millis())),
+    );
     for term in history.terms.iter().filter(|t| t.end.is_none()) {
         problems.push(format!(
             "term never ended after every contender closed: {term}"
@@ -2532,7 +3043,24 @@ async fn finish(
             .extend(lock(&resource.writes).iter().cloned());
     }
     let mut violations = history.check();
-    let runs = lock(&world.book).runs.clone();
+    let mut runs = lock(&world.book).runs.clone();
+    for run in &mut runs {
+        for s in &suspensions {
+            if let Some(end) = run.end {
+                run.end = Some(s.effective_end(run.session_id, run.start, end));
+            }
+            if let Some(stopped) = run.stopped {
+                run.stopped = Some(s.effective_end(run.session_id, run.start, stopped));
+            }
+        }
+    }
+    for w in &mut works {
+        for s in &suspensions {
+            if let Some(end) = w.end {
+                w.end = Some(s.effective_end(w.session_id, w.start, end));
+            }
+        }
+    }
     let job_history = History {
         terms: runs
             .iter()
@@ -2554,6 +3082,27 @@ async fn finish(
     violations.extend(job_history.check());
     let job_violations = check_job(&runs, &driven.job_records);
     let job = job_figures(&runs, &driven.job_records, &job_history.writes);
+    // Work as it really ran, against the terms that followed it.
+    works.extend(runs.iter().map(|r| Work {
+        election: JOB_ELECTION,
+        holder: r.holder.to_owned(),
+        session_id: r.session_id,
+        token: r.token,
+        start: r.start,
+        end: r.stopped,
+    }));
+    let mut successors: Vec<Term> = history.terms.clone();
+    successors.extend(runs.iter().map(|r| Term {
+        election: JOB_ELECTION.to_owned(),
+        holder: r.holder.to_owned(),
+        token: r.token,
+        start: r.term_start,
+        end: r.end,
+    }));
+    let late_work = check_late_work(&works, &successors);
+    let early_slots = check_early_slots(&runs);
+    let (sessions_replaced, unexplained_replacements) =
+        explain_replacements(&replaced, &driven.rounds, &world.config);
     let mut time_to_leader = Vec::new();
     for healed in &driven.heals {
         for election in ELECTIONS {
@@ -2585,7 +3134,90 @@ async fn finish(
         job_violations,
         job_runs: runs,
         job_records: driven.job_records,
+        late_work,
+        early_slots,
+        sessions_replaced,
+        unexplained_replacements,
+        resume_to_end: resumed,
     }
+}
+
+/// Work that went on after a successor's term began: for each piece of work, the earliest term
+/// of its election with a higher token that began after the work did; the work must have
+/// stopped by then (the promise of a grace inside the lease: the work is stopped by the lease's
+/// deadline whatever its grace, and the successor starts after it).
+fn check_late_work(works: &[Work], terms: &[Term]) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in works {
+        let Some(end) = w.end else { continue };
+        let next = terms
+            .iter()
+            .filter(|t| t.election == w.election && t.token > w.token && t.start > w.start)
+            .min_by_key(|t| t.start);
+        if let Some(next) = next
+            && end > next.start
+        {
+            out.push(format!(
+                "{}: {}'s work with token {} went on {} ms after {}'s term with token {} began",
+                w.election,
+                w.holder,
+                w.token,
+                end.saturating_duration_since(next.start).as_millis(),
+                next.holder,
+                next.token
+            ));
+        }
+    }
+    out
+}
+
+/// Runs of a schedule's slot that began before the slot's nominal instant by the host's wall
+/// clock (the servers'), beyond [`EARLY_SLACK_MS`].
+fn check_early_slots(runs: &[JobRun]) -> Vec<String> {
+    runs.iter()
+        .filter_map(|r| {
+            let early = r.nominal_ms? - r.started_wall_ms;
+            (early > EARLY_SLACK_MS).then(|| format!("{r}: {early} ms before its slot's time"))
+        })
+        .collect()
+}
+
+/// How many in-process sessions were replaced, and which replacements no fault of their round
+/// explains: an expiry, a suspend, or a cut of the session's own link, or a fault to the servers
+/// other than a silent leader or a rolling restart (which must keep every session).
+fn explain_replacements(
+    replaced: &[(usize, BootTime, i64, i64)],
+    rounds: &[(BootTime, Vec<Fault>)],
+    config: &TrialConfig,
+) -> (usize, Vec<String>) {
+    let mut unexplained = Vec::new();
+    for (i, at, old, new) in replaced {
+        let round = rounds.iter().rev().find(|(began, _)| began <= at);
+        let explained = round.is_some_and(|(_, faults)| {
+            faults.iter().any(|f| match f.kind {
+                FaultKind::ExpireSession | FaultKind::Suspend => f.target == *i,
+                FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
+                    f.target == *i
+                }
+                FaultKind::SilentLeader | FaultKind::RollingRestart => false,
+                kind => kind.is_server_fault(),
+            })
+        });
+        if !explained {
+            let faults = round.map_or_else(String::new, |(_, faults)| {
+                faults
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            });
+            unexplained.push(format!(
+                "session-{i} {old:#x} replaced by {new:#x} at {at} (round: {faults}; timeout {:?})",
+                config.session_timeout
+            ));
+        }
+    }
+    (replaced.len(), unexplained)
 }
 
 #[cfg(test)]
@@ -2604,7 +3236,8 @@ mod tests {
         let t = Duration::from_secs(2);
         for seed in 0..500 {
             for round in plan(seed, 4, t) {
-                assert!(!round.faults.is_empty() && round.faults.len() <= 2);
+                // Two drawn first at most, and one of time or operations on top.
+                assert!(!round.faults.is_empty() && round.faults.len() <= 3);
                 let on_servers = round
                     .faults
                     .iter()
@@ -2619,8 +3252,10 @@ mod tests {
                     assert!(round.hold >= t * 3 / 2, "seed {seed}: {round:?}");
                 }
                 assert!(round.hold <= t * 3);
-                if let [a, b] = &round.faults[..] {
-                    assert!(!conflicts(a, b), "seed {seed}: {round:?}");
+                for (n, a) in round.faults.iter().enumerate() {
+                    for b in &round.faults[n + 1..] {
+                        assert!(!conflicts(a, b), "seed {seed}: {round:?}");
+                    }
                 }
             }
         }
@@ -2663,6 +3298,96 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), FaultKind::ALL.len(), "{seen:?}");
+    }
+
+    #[test]
+    fn time_faults_come_on_top_of_the_rounds_drawn_before_them() {
+        let t = Duration::from_secs(2);
+        let mut added = 0;
+        for seed in 0..300 {
+            let classic = classic_plan(seed, 4, t);
+            let all = plan(seed, 4, t);
+            let sync = setup(seed, t).sync_timeout();
+            for (before, after) in classic.iter().zip(&all) {
+                assert_eq!(after.faults[..before.faults.len()], before.faults[..]);
+                for f in &after.faults[before.faults.len()..] {
+                    added += 1;
+                    assert!(FaultKind::TIME.contains(&f.kind), "seed {seed}: {f}");
+                    match f.kind {
+                        FaultKind::Suspend => assert!(after.hold >= t * 3 / 2),
+                        FaultKind::SilentLeader => assert!(after.hold > sync),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        assert!(added > 200, "{added} time faults in 1200 rounds");
+    }
+
+    #[test]
+    fn a_suspended_term_ends_at_the_suspend_only_if_it_ended_at_once_on_resume() {
+        let at = |ms: u64| BootTime::from_nanos(ms * 1_000_000);
+        let s = Suspension {
+            session: 0,
+            id: 7,
+            from: at(1_000),
+            to: at(5_000),
+        };
+        assert_eq!(s.effective_end(7, at(500), at(5_010)), at(1_000));
+        assert_eq!(s.effective_end(7, at(500), at(1_000)), at(1_000));
+        assert_eq!(
+            s.effective_end(8, at(500), at(5_010)),
+            at(5_010),
+            "another session"
+        );
+        assert_eq!(
+            s.effective_end(7, at(500), at(900)),
+            at(900),
+            "ended before"
+        );
+        let late = at(5_000) + RESUME_BOUND + Duration::from_millis(1);
+        assert_eq!(
+            s.effective_end(7, at(500), late),
+            late,
+            "ran on after the resume"
+        );
+    }
+
+    #[test]
+    fn work_that_outlives_its_successors_start_is_found() {
+        let at = |ms: u64| BootTime::from_nanos(ms * 1_000_000);
+        let work = |end: u64| Work {
+            election: JOB_ELECTION,
+            holder: "job-0".to_owned(),
+            session_id: 1,
+            token: FencingToken::from_raw(10),
+            start: at(100),
+            end: Some(at(end)),
+        };
+        let next = Term {
+            election: JOB_ELECTION.to_owned(),
+            holder: "job-1".to_owned(),
+            token: FencingToken::from_raw(12),
+            start: at(1_000),
+            end: None,
+        };
+        assert!(check_late_work(&[work(999)], std::slice::from_ref(&next)).is_empty());
+        let late = check_late_work(&[work(1_250)], &[next]);
+        assert!(
+            late[0].contains("went on 250 ms after job-1's term"),
+            "{late:?}"
+        );
+    }
+
+    #[test]
+    fn a_run_before_its_slots_time_is_early() {
+        let mut r = run("job-0", "2026-12-05T02:00:00Z", 1, 10, true);
+        let nominal = Schedule::parse_key(&r.slot).unwrap();
+        r.nominal_ms = Some(nominal);
+        r.started_wall_ms = nominal - 50;
+        assert_eq!(check_early_slots(std::slice::from_ref(&r)).len(), 1);
+        r.started_wall_ms = nominal + 3;
+        assert!(check_early_slots(&[r]).is_empty());
     }
 
     #[test]
@@ -2720,6 +3445,13 @@ mod tests {
                 u64::try_from(token).unwrap() * 1_000 + 500,
             )),
             ok: Some(ok),
+            session_id: 1,
+            term_start: BootTime::from_nanos(u64::try_from(token).unwrap() * 1_000),
+            stopped: Some(BootTime::from_nanos(
+                u64::try_from(token).unwrap() * 1_000 + 500,
+            )),
+            nominal_ms: None,
+            started_wall_ms: 0,
         }
     }
 
