@@ -636,7 +636,12 @@ async fn lead_if_owned(
     shared.phase_tx.send_replace(Phase::Leading);
     shared.leadership_tx.send_replace(Some(term.clone()));
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
-    crate::metrics::term_started(&spec.path, &spec.id, term.token(), own.joined.elapsed());
+    crate::metrics::term_started(
+        &spec.path,
+        &spec.id,
+        term.token().get(),
+        own.joined.elapsed(),
+    );
     shared.emit(ContenderEvent::Leader(term.clone()));
 
     let end = hold(shared, feed, live, own, watch).await;
@@ -645,7 +650,12 @@ async fn lead_if_owned(
     shared.leadership_tx.send_replace(None);
     info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
         "leadership ended");
-    crate::metrics::term_ended(&spec.path, &spec.id, end);
+    crate::metrics::term_ended(
+        &spec.path,
+        &spec.id,
+        end.as_str(),
+        end == TermEnd::DeadlinePassed,
+    );
     let notify = end != TermEnd::Closed || shared.notify_on_close.load(Ordering::Acquire);
     if notify {
         shared.emit(ContenderEvent::NotLeader { term, reason: end });

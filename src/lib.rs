@@ -151,3 +151,166 @@ pub use tokio_util::sync::CancellationToken;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    /// The crate's top-level modules and which others each names in its code (`crate::x`,
+    /// comments and unit-test modules left out), from the sources.
+    fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
+        fn visit(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    visit(&path, files);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        // What the root re-exports, by the module it comes from: `crate::Leadership` names
+        // `fencing` as much as `crate::fencing::Leadership` does.
+        let root = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
+        let mut reexports: BTreeMap<String, String> = BTreeMap::new();
+        for statement in root.split("\npub use ").skip(1) {
+            let statement = statement.split(';').next().unwrap_or("");
+            let Some((module, items)) = statement.split_once("::") else {
+                continue;
+            };
+            for item in items.split(['{', '}', ',']) {
+                let name = item.rsplit("::").next().unwrap_or("").trim();
+                if !name.is_empty() {
+                    reexports.insert(name.to_owned(), module.trim().to_owned());
+                }
+            }
+        }
+        let mut files = Vec::new();
+        visit(&src, &mut files);
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in files {
+            let rel = file.strip_prefix(&src).unwrap_or(&file);
+            let mut parts = rel.iter().map(|p| p.to_string_lossy().into_owned());
+            let Some(first) = parts.next() else { continue };
+            // The binaries are crates of their own; lib.rs is the root, above every module.
+            if first == "bin" || first == "lib.rs" {
+                continue;
+            }
+            let module = first.trim_end_matches(".rs").to_owned();
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+            let names = graph.entry(module.clone()).or_default();
+            let code: String = code
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let head = |item: &str| -> String {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                match reexports.get(&name) {
+                    Some(module) => module.clone(),
+                    None => name,
+                }
+            };
+            for (i, _) in code.match_indices("crate::") {
+                let after = &code[i + "crate::".len()..];
+                // `crate::a::x` names a; `crate::{a::{x, y}, b}` names a and b.
+                let mut heads = Vec::new();
+                match after.strip_prefix('{') {
+                    None => heads.push(head(after)),
+                    Some(group) => {
+                        let (mut depth, mut from) = (0usize, 0usize);
+                        for (j, c) in group.char_indices() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => {
+                                    heads.push(head(&group[from..j]));
+                                    break;
+                                }
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => {
+                                    heads.push(head(&group[from..j]));
+                                    from = j + 1;
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                for name in heads {
+                    if !name.is_empty() && name != module && name != "self" {
+                        names.insert(name);
+                    }
+                }
+            }
+        }
+        graph
+    }
+
+    /// A cycle through `graph`, if there is one.
+    fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+        fn dfs(
+            node: &str,
+            graph: &BTreeMap<String, BTreeSet<String>>,
+            stack: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = stack.iter().position(|n| n == node) {
+                let mut cycle = stack[at..].to_vec();
+                cycle.push(node.to_owned());
+                return Some(cycle);
+            }
+            if done.contains(node) {
+                return None;
+            }
+            stack.push(node.to_owned());
+            for next in graph.get(node).into_iter().flatten() {
+                if let Some(cycle) = dfs(next, graph, stack, done) {
+                    return Some(cycle);
+                }
+            }
+            stack.pop();
+            done.insert(node.to_owned());
+            None
+        }
+        let mut done = BTreeSet::new();
+        graph
+            .keys()
+            .find_map(|node| dfs(node, graph, &mut Vec::new(), &mut done))
+    }
+
+    #[test]
+    fn the_module_graph_runs_one_way() {
+        let graph = module_graph();
+        assert!(graph.contains_key("session") && graph.contains_key("metrics"));
+        assert!(
+            graph["metrics"].is_empty(),
+            "metrics is a leaf: {:?}",
+            graph["metrics"]
+        );
+        assert_eq!(find_cycle(&graph), None, "{graph:#?}");
+    }
+
+    #[test]
+    fn a_cycle_is_found() {
+        let graph: BTreeMap<String, BTreeSet<String>> = [
+            ("a", vec!["b"]),
+            ("b", vec!["c"]),
+            ("c", vec!["a"]),
+            ("d", vec![]),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+        .collect();
+        assert_eq!(
+            find_cycle(&graph),
+            Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+        );
+    }
+}

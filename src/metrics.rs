@@ -7,15 +7,15 @@
 //! nothing. The repository's `health` example serves them with `metrics-exporter-prometheus`.
 //!
 //! Labels: `path` is the election (or lock) path as given to the recipe (after a chroot, as the
-//! recipe sees it), `id` the participant id, `reason` a [`TermEnd`] name, `state` a
-//! [`ConnectionState`] name.
+//! recipe sees it), `id` the participant id, `reason` a [`TermEnd`](crate::TermEnd) name,
+//! `state` a [`ConnectionState`](crate::ConnectionState) name.
 //!
 //! | name | type | labels | what |
 //! |---|---|---|---|
 //! | `zookeeper_recipes_leader` | gauge | `path`, `id` | 1 while this participant holds a term on `path`, else 0 (client-go's `leader_election_master_status`) |
 //! | `zookeeper_recipes_fencing_token` | gauge | `path`, `id` | the current term's fencing token; 0 when not leading (a zxid: exact up to 2^53) |
 //! | `zookeeper_recipes_terms_started_total` | counter | `path`, `id` | terms won |
-//! | `zookeeper_recipes_terms_ended_total` | counter | `path`, `id`, `reason` | terms ended, by [`TermEnd`] (`suspended`, `lost`, `read_only`, `node_deleted`, `deadline_passed`, `closed`, `interrupted`) |
+//! | `zookeeper_recipes_terms_ended_total` | counter | `path`, `id`, `reason` | terms ended, by [`TermEnd`](crate::TermEnd) (`suspended`, `lost`, `read_only`, `node_deleted`, `deadline_passed`, `closed`, `interrupted`) |
 //! | `zookeeper_recipes_time_to_leadership_seconds` | histogram | `path`, `id` | from joining the line (the node created) to winning the term |
 //! | `zookeeper_recipes_terms_held` | gauge | | terms this process holds right now, over all paths |
 //! | `zookeeper_recipes_deadline_misses_total` | counter | `path`, `id` | terms whose deadline ([`Leadership::valid_until`](crate::Leadership::valid_until)) passed before anything else ended them: a leader that was frozen or cut off |
@@ -34,11 +34,12 @@
 //! | `zookeeper_recipes_job_clock_skew_terms_total` | counter | `path`, `id` | terms this replica gave up because its wall clock was off the ensemble's by more than the clock tolerance (it took up no slot in them) |
 //!
 //! The names are constants in this module, so that a dashboard or a test can refer to them.
+//!
+//! This module is a leaf of the crate's module graph: its recorders take names and numbers, and
+//! each layer maps its own events onto them (the session its states, the contender its terms,
+//! the job its events), so that the lowest layer can record without the highest.
 
 use std::time::Duration;
-
-use crate::fencing::{FencingToken, TermEnd};
-use crate::state::ConnectionState;
 
 /// 1 while this participant holds a term on `path`, else 0.
 pub const LEADER: &str = "zookeeper_recipes_leader";
@@ -87,9 +88,10 @@ fn labels(path: &str, id: &str) -> [(&'static str, String); 2] {
     [("path", path.to_owned()), ("id", id.to_owned())]
 }
 
-/// A term began on `path` for `id`, `waited` after the node joined the line.
+/// A term with fencing token `token` began on `path` for `id`, `waited` after the node joined
+/// the line.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn term_started(path: &str, id: &str, token: FencingToken, waited: Duration) {
+pub(crate) fn term_started(path: &str, id: &str, token: i64, waited: Duration) {
     #[cfg(feature = "metrics")]
     {
         let l = labels(path, id);
@@ -99,23 +101,23 @@ pub(crate) fn term_started(path: &str, id: &str, token: FencingToken, waited: Du
         metrics::histogram!(TIME_TO_LEADERSHIP, &l).record(waited.as_secs_f64());
         // A zxid as f64: exact while below 2^53 (an epoch below 2^21).
         #[allow(clippy::cast_precision_loss)]
-        metrics::gauge!(FENCING_TOKEN, &l).set(token.get() as f64);
+        metrics::gauge!(FENCING_TOKEN, &l).set(token as f64);
         metrics::gauge!(LEADER, &l).set(1.0);
     }
 }
 
-/// The term on `path` for `id` ended for `reason`.
+/// The term on `path` for `id` ended for `reason` (a `TermEnd` name); `deadline_missed` when
+/// its deadline passed before anything else ended it.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn term_ended(path: &str, id: &str, reason: TermEnd) {
+pub(crate) fn term_ended(path: &str, id: &str, reason: &'static str, deadline_missed: bool) {
     #[cfg(feature = "metrics")]
     {
         let l = labels(path, id);
         metrics::gauge!(LEADER, &l).set(0.0);
         metrics::gauge!(FENCING_TOKEN, &l).set(0.0);
         let [(_, p), (_, i)] = l.clone();
-        metrics::counter!(TERMS_ENDED, "path" => p, "id" => i, "reason" => reason.as_str())
-            .increment(1);
-        if reason == TermEnd::DeadlinePassed {
+        metrics::counter!(TERMS_ENDED, "path" => p, "id" => i, "reason" => reason).increment(1);
+        if deadline_missed {
             metrics::counter!(DEADLINE_MISSES, &l).increment(1);
         }
         metrics::gauge!(TERMS_HELD).decrement(1.0);
@@ -136,13 +138,14 @@ pub(crate) fn selector_overrun(path: &str) {
     metrics::counter!(SELECTOR_OVERRUNS, "path" => path.to_owned()).increment(1);
 }
 
-/// A session's connection state changed to `state`.
+/// A session's connection state changed to `state` (a `ConnectionState` name); `lost` when the
+/// session is gone.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn connection_state(state: ConnectionState) {
+pub(crate) fn connection_state(state: &'static str, lost: bool) {
     #[cfg(feature = "metrics")]
     {
-        metrics::counter!(CONNECTION_STATE_CHANGES, "state" => state.as_str()).increment(1);
-        if state == ConnectionState::Lost {
+        metrics::counter!(CONNECTION_STATE_CHANGES, "state" => state).increment(1);
+        if lost {
             metrics::counter!(SESSION_LOSSES).increment(1);
         }
     }
@@ -154,60 +157,61 @@ pub(crate) fn lease_lapsed() {
     metrics::counter!(LEASE_LAPSES).increment(1);
 }
 
-/// A scheduled job on `path` reported `event`; `run_time` is how long the slot running now has
-/// run, if one does.
+/// A scheduled job's replica on `path` claimed and started a slot.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-pub(crate) fn job_event(
+pub(crate) fn job_slot_started(path: &str, id: &str) {
+    #[cfg(feature = "metrics")]
+    {
+        let l = labels(path, id);
+        metrics::counter!(JOB_SLOTS_STARTED, &l).increment(1);
+        metrics::gauge!(JOB_RUNNING, &l).set(1.0);
+    }
+}
+
+/// A scheduled job's replica on `path` recorded a slot's end as `outcome` (or had it refused:
+/// `abandoned`), `run_time` after its claim if known; `succeeded_at_ms` is the ensemble's time of
+/// a `succeeded` end.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_slot_ended(
     path: &str,
     id: &str,
-    event: &crate::job::JobEvent,
+    outcome: &str,
     run_time: Option<Duration>,
-    now_ms: i64,
+    succeeded_at_ms: Option<i64>,
 ) {
     #[cfg(feature = "metrics")]
     {
-        use crate::job::{JobEvent, SlotState};
         let l = labels(path, id);
-        let with = |key: &'static str, value: &str| {
-            let [(_, p), (_, i)] = l.clone();
-            [("path", p), ("id", i), (key, value.to_owned())]
-        };
-        match event {
-            JobEvent::SlotStarted { .. } => {
-                metrics::counter!(JOB_SLOTS_STARTED, &l).increment(1);
-                metrics::gauge!(JOB_RUNNING, &l).set(1.0);
-            }
-            JobEvent::SlotFinished { outcome, .. } => {
-                let ended = with("outcome", outcome.as_str());
-                metrics::counter!(JOB_SLOTS_ENDED, &ended).increment(1);
-                if let Some(took) = run_time {
-                    metrics::histogram!(JOB_RUN_DURATION, &ended).record(took.as_secs_f64());
-                }
-                if *outcome == SlotState::Succeeded {
-                    // Unix milliseconds as f64 seconds: exact to the millisecond for millennia.
-                    #[allow(clippy::cast_precision_loss)]
-                    metrics::gauge!(JOB_LAST_SUCCESS, &l).set(now_ms as f64 / 1000.0);
-                }
-            }
-            JobEvent::SlotAbandoned { .. } => {
-                let ended = with("outcome", "abandoned");
-                metrics::counter!(JOB_SLOTS_ENDED, &ended).increment(1);
-                if let Some(took) = run_time {
-                    metrics::histogram!(JOB_RUN_DURATION, &ended).record(took.as_secs_f64());
-                }
-            }
-            JobEvent::SlotSkipped { reason, .. } => {
-                metrics::counter!(JOB_SLOTS_NOT_RUN, &with("reason", reason)).increment(1);
-            }
-            JobEvent::SlotMissed { count, reason, .. } => {
-                metrics::counter!(JOB_SLOTS_NOT_RUN, &with("reason", reason)).increment(*count);
-            }
-            JobEvent::ClockSkew { .. } => {
-                metrics::counter!(JOB_CLOCK_SKEW_TERMS, &l).increment(1);
-            }
-            _ => {}
+        let [(_, p), (_, i)] = l.clone();
+        let ended = [("path", p), ("id", i), ("outcome", outcome.to_owned())];
+        metrics::counter!(JOB_SLOTS_ENDED, &ended).increment(1);
+        if let Some(took) = run_time {
+            metrics::histogram!(JOB_RUN_DURATION, &ended).record(took.as_secs_f64());
+        }
+        if let Some(at) = succeeded_at_ms {
+            // Unix milliseconds as f64 seconds: exact to the millisecond for millennia.
+            #[allow(clippy::cast_precision_loss)]
+            metrics::gauge!(JOB_LAST_SUCCESS, &l).set(at as f64 / 1000.0);
         }
     }
+}
+
+/// A scheduled job's replica on `path` recorded `count` slots as not run, for `reason`.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_slots_not_run(path: &str, id: &str, reason: &str, count: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        let [(_, p), (_, i)] = labels(path, id);
+        let l = [("path", p), ("id", i), ("reason", reason.to_owned())];
+        metrics::counter!(JOB_SLOTS_NOT_RUN, &l).increment(count);
+    }
+}
+
+/// A scheduled job's replica on `path` gave up a term because its clock was off.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_clock_skew_term(path: &str, id: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(JOB_CLOCK_SKEW_TERMS, &labels(path, id)).increment(1);
 }
 
 /// A scheduled job's replica on `path` measured its wall clock `offset_ms` off the ensemble's.

@@ -1495,14 +1495,36 @@ impl<'a> TermRun<'a> {
     }
 
     fn emit(&self, event: JobEvent) {
-        crate::metrics::job_event(
-            &self.inner.path,
-            &self.inner.id,
-            &event,
-            self.run_started.map(|(_, at)| self.term.clock().now() - at),
-            self.now(),
-        );
+        self.record_metrics(&event);
         let _ = self.inner.events.send(event);
+    }
+
+    /// The job's metrics for `event` ([`crate::metrics`]): this module maps its events onto
+    /// them.
+    fn record_metrics(&self, event: &JobEvent) {
+        let (path, id) = (&self.inner.path, &self.inner.id);
+        let run_time = || self.run_started.map(|(_, at)| self.term.clock().now() - at);
+        match event {
+            JobEvent::SlotStarted { .. } => crate::metrics::job_slot_started(path, id),
+            JobEvent::SlotFinished { outcome, .. } => crate::metrics::job_slot_ended(
+                path,
+                id,
+                outcome.as_str(),
+                run_time(),
+                (*outcome == SlotState::Succeeded).then(|| self.now()),
+            ),
+            JobEvent::SlotAbandoned { .. } => {
+                crate::metrics::job_slot_ended(path, id, "abandoned", run_time(), None);
+            }
+            JobEvent::SlotSkipped { reason, .. } => {
+                crate::metrics::job_slots_not_run(path, id, reason, 1);
+            }
+            JobEvent::SlotMissed { count, reason, .. } => {
+                crate::metrics::job_slots_not_run(path, id, reason, *count);
+            }
+            JobEvent::ClockSkew { .. } => crate::metrics::job_clock_skew_term(path, id),
+            _ => {}
+        }
     }
 
     async fn run<J: SlotJob>(mut self, job: &Arc<J>) -> std::result::Result<(), BoxError> {

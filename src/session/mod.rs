@@ -1467,7 +1467,7 @@ fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
     };
     info!(epoch, "session closed");
     if status.state.is_some() {
-        crate::metrics::connection_state(ConnectionState::Closed);
+        crate::metrics::connection_state(ConnectionState::Closed.as_str(), false);
     }
     shared.status_tx.send_replace(status.clone());
     let _ = shared.events_tx.send(status);
@@ -1704,7 +1704,7 @@ fn publish(
     new_session: bool,
 ) {
     let sid = session_id.map(hex).unwrap_or_default();
-    crate::metrics::connection_state(state);
+    crate::metrics::connection_state(state.as_str(), state == ConnectionState::Lost);
     match state {
         ConnectionState::Connected | ConnectionState::Reconnected | ConnectionState::Closed => {
             info!(session_id = %sid, epoch, new_session, state = %state, "connection state changed")
