@@ -272,28 +272,20 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
-    /// Every kind, in table order.
-    pub const ALL: [FaultKind; 19] = [
-        FaultKind::KillServer,
-        FaultKind::KillLeader,
-        FaultKind::PauseServer,
-        FaultKind::LoseQuorum,
-        FaultKind::CutLink,
-        FaultKind::BlackholeLink,
-        FaultKind::LoseReplies,
-        FaultKind::FreezeProcess,
-        FaultKind::ExpireSession,
-        FaultKind::RestartContender,
-        FaultKind::KillProcess,
-        FaultKind::IsolateFollower,
-        FaultKind::IsolateLeader,
-        FaultKind::SplitMinority,
-        FaultKind::OneWayCut,
-        FaultKind::Suspend,
-        FaultKind::SkewClock,
-        FaultKind::SilentLeader,
-        FaultKind::RollingRestart,
-    ];
+    /// Every kind, in table order: [`CLASSIC`](Self::CLASSIC), then [`TIME`](Self::TIME).
+    pub const ALL: [FaultKind; 19] = {
+        let mut all = [FaultKind::KillServer; 19];
+        let mut i = 0;
+        while i < Self::CLASSIC.len() {
+            all[i] = Self::CLASSIC[i];
+            i += 1;
+        }
+        while i < all.len() {
+            all[i] = Self::TIME[i - Self::CLASSIC.len()];
+            i += 1;
+        }
+        all
+    };
 
     /// The kinds of time and everyday operations, drawn by [`plan`] from a generator of their
     /// own, so that the rounds every seed drew before they came stay what they were.
