@@ -40,7 +40,7 @@ starts() { "${compose[@]}" logs --no-color "$1" 2>/dev/null | sed -n 's/.*"event
 joblog() { "${compose[@]}" exec -T "$1" cat /shared/job.log 2>/dev/null || true; }
 
 say "image ${ZKR_ZOOKEEPER_IMAGE:-zookeeper:3.9}, zkr binary $ZKR_BIN"
-[ -x "$ZKR_BIN" ] || fail "no zkr binary at $ZKR_BIN (cargo build --features cli --bin zkr)"
+[ -x "$ZKR_BIN" ] || fail "no zkr binary at $ZKR_BIN (cargo build -p zkr)"
 cleanup
 "${compose[@]}" up -d zk1 zk2 zk3 >/dev/null 2>&1 || fail "compose up"
 wait_healthy zk1 zk2 zk3

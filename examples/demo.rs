@@ -28,7 +28,7 @@
 //! replica asks the kernel to kill it when the director dies (`PR_SET_PDEATHSIG`), and the director
 //! kills and reaps them on every exit path: no replica outlives the demo.
 
-mod common;
+use zookeeper_recipes_rigs::prologue as common;
 
 use std::error::Error;
 use std::io::Write as _;

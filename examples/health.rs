@@ -25,7 +25,7 @@
 //! Ctrl-C or SIGTERM leaves the election (the node is deleted at once, so a successor is elected
 //! without waiting for the session to expire) and stops the server.
 
-mod common;
+use zookeeper_recipes_rigs::prologue as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -20,7 +20,7 @@
 //! while the leader is interrupted (as `interruptLeadership()` would) and the other replica takes
 //! over.
 
-mod common;
+use zookeeper_recipes_rigs::prologue as common;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

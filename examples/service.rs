@@ -34,7 +34,7 @@
 //! token T`, `ran the job (token T, run N)`, `deposed: a newer leader wrote (token T)`,
 //! `stopped`.
 
-mod common;
+use zookeeper_recipes_rigs::prologue as common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

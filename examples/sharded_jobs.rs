@@ -11,13 +11,13 @@
 //! session its 3 jobs go one to each survivor. After each change it prints who leads what, the
 //! time to settle and the number of handovers.
 
-mod common;
+use zookeeper_recipes_rigs::prologue as common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use zookeeper_recipes::testing::FaultProxy;
 use zookeeper_recipes::{LeaderObserver, LeaderPool, Session};
+use zookeeper_recipes_testing::FaultProxy;
 
 const ROOT: &str = "/pools/sharded-jobs-example";
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);

@@ -35,7 +35,7 @@
 //!
 //! `tests/examples.rs` runs this job's code (it includes this file) against a real server.
 
-mod common;
+use zookeeper_recipes_rigs::prologue as common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -573,7 +573,7 @@ async fn demo(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("the end of slot {slot} was not recorded within 10 s").into());
         }
         println!("the job's history, newest first:");
-        for record in job.history(5).await? {
+        for record in job.admin().history(5).await? {
             println!(
                 "  {} {} attempt {} token {} runner {}{}",
                 record.slot,

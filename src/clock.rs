@@ -138,36 +138,6 @@ impl fmt::Display for BootTime {
     }
 }
 
-/// A reading of the machine's `CLOCK_MONOTONIC` (suspend excluded), for output that promised
-/// that clock (`zkr`'s `*_mono_ns` fields). The crate's deadlines use [`BootTime`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct MonotonicTime(Duration);
-
-impl MonotonicTime {
-    /// The clock now.
-    pub fn now() -> Self {
-        MonotonicTime(read(ClockId::CLOCK_MONOTONIC).unwrap_or_default())
-    }
-
-    /// The monotonic reading that goes with boot time `at`: `at` minus the time the host has
-    /// spent suspended so far (exact unless the host suspended between `at` and now).
-    pub fn from_boot(at: BootTime) -> Self {
-        let boot = read_boot();
-        let mono = read(ClockId::CLOCK_MONOTONIC).unwrap_or(boot);
-        MonotonicTime(at.0.saturating_sub(boot.saturating_sub(mono)))
-    }
-
-    /// A reading from its nanoseconds since boot.
-    pub const fn from_nanos(nanos: u64) -> Self {
-        MonotonicTime(Duration::from_nanos(nanos))
-    }
-
-    /// Nanoseconds since boot, suspend excluded (saturating at `u64::MAX`).
-    pub fn as_nanos(self) -> u64 {
-        u64::try_from(self.0.as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 /// Milliseconds since the Unix epoch by the machine's wall clock.
 fn read_wall_ms() -> i64 {
     read(ClockId::CLOCK_REALTIME)
@@ -492,13 +462,9 @@ mod tests {
             "{before:?} {now:?} {after:?}"
         );
         assert!(
-            MonotonicTime::now().as_nanos() <= BootTime::now().as_nanos(),
+            read(ClockId::CLOCK_MONOTONIC).unwrap() <= BootTime::now().since_boot(),
             "boot time counts suspend on top of the monotonic clock"
         );
-        let at = BootTime::now();
-        let mono = MonotonicTime::from_boot(at).as_nanos();
-        let direct = MonotonicTime::now().as_nanos();
-        assert!(direct.abs_diff(mono) < 50_000_000, "{mono} vs {direct}");
     }
 
     #[test]

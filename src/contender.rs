@@ -46,13 +46,12 @@ use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backof
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// A participant in an election or a lock queue, as Curator's `Participant`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Participant {
     /// The participant id: the node's data as UTF-8 (lossy). Curator latches store their id there;
     /// a Curator mutex or selector without an id stores the host's IP address.
     pub id: String,
     /// Whether this participant currently leads (holds the lock).
-    #[serde(rename = "leader")]
     pub is_leader: bool,
 }
 
@@ -1136,18 +1135,6 @@ mod tests {
             },
         ];
         assert_eq!(leader_of(ps).id, "a");
-    }
-
-    #[test]
-    fn participant_serializes_as_zkr_prints_it() {
-        let p = Participant {
-            id: "a".into(),
-            is_leader: true,
-        };
-        assert_eq!(
-            serde_json::to_string(&p).unwrap(),
-            r#"{"id":"a","leader":true}"#
-        );
     }
 
     #[test]

@@ -428,8 +428,11 @@ impl Leadership {
     }
 
     /// Waits until `bound` or [`stop_by`](Self::stop_by), whichever comes first, watching the
-    /// lease as it moves. Cancel safe.
-    pub(crate) async fn until_stop_by(&self, bound: BootTime) {
+    /// lease as it moves: the end of a grace period that must not outlast the lease.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn until_stop_by(&self, bound: BootTime) {
         let clock = self.clock().clone();
         let mut changes = self.inner.lease.subscribe();
         let mut jumps = clock.jumps();
@@ -455,9 +458,19 @@ impl Leadership {
         }
     }
 
-    /// The lease of the session that won the term.
-    pub(crate) fn lease(&self) -> &Lease {
-        &self.inner.lease
+    /// Completes once the term's lease has run out: [`stop_by`](Self::stop_by) has passed on
+    /// boot time (a host's suspend counts), following the lease as later proofs move it. After
+    /// that instant a successor may begin; a supervisor kills what is left of the term's work.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub async fn lease_ended(&self) {
+        loop {
+            if self.clock().now() >= self.stop_by() {
+                return;
+            }
+            self.inner.lease.until_within(Duration::ZERO).await;
+        }
     }
 
     /// Runs `ops` as one ZooKeeper multi that first checks that the leader's node still exists,

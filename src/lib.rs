@@ -91,18 +91,25 @@
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
 //! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
 //! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`] |
-//! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | `testing` module (feature `testing`) |
+//! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | the crate `zookeeper-recipes-testing` (a dev-dependency) |
 //!
 //! # Crate features
-//! None is on by default: a service that uses the recipes compiles no CLI, test or metrics
-//! crates.
-//! - `testing`: the real-ZooKeeper test harness (the `testing` module): `TestingServer`,
-//!   `TestingCluster`, `FaultProxy`, `expire_session`, the history checker
-//!   (`testing::history`).
-//! - `docker`: lets the harness run servers as containers (`ZKR_TEST_BACKEND=docker`).
-//! - `cli`: the `zkr` command-line tool (`cargo install zookeeper-recipes --features cli`).
+//! - `job` (on by default): [`ScheduledJob`] and the `job` module, with the cron and time-zone
+//!   crates they need. A service that only elects or locks can turn it off
+//!   (`default-features = false`).
 //! - `metrics`: leadership and session metrics through the `metrics` facade; the names and
 //!   labels are in [`metrics`].
+//!
+//! Beside this crate: `zookeeper-recipes-testing` (the test harness, Curator's `curator-test`:
+//! `TestingServer`, `TestingCluster`, `FaultProxy`, `expire_session`, a history checker) and
+//! the `zkr` command-line tool, each a package of its own.
+//!
+//! # zookeeper-client is part of this API
+//! The escape hatches hand out types of [`zookeeper_client`] 0.11: [`Session::client`] returns
+//! its `Client`, and [`Error`] carries its errors. So a zookeeper-client release that breaks
+//! those types (0.12) is a breaking release of this crate too, and this crate moves to it in a
+//! new minor version (0.x) or major version (1.x+); a service that calls the raw client should
+//! depend on the same zookeeper-client version as this crate.
 //!
 //! # Cancel safety and cleanup
 //! Every public async fn states its cancel safety. Recipes never leak a node: closing or dropping
@@ -110,29 +117,30 @@
 //! the queue.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// The docs point at `ScheduledJob` from other pages; without the `job` feature those links have
+// nothing to point at (docs.rs builds with it).
+#![cfg_attr(not(feature = "job"), allow(rustdoc::broken_intra_doc_links))]
 
 pub mod acl;
 pub mod clock;
 pub mod contender;
 pub mod error;
 pub mod fencing;
+#[cfg(feature = "job")]
+#[cfg_attr(docsrs, doc(cfg(feature = "job")))]
 pub mod job;
 pub mod leader;
 pub mod lock;
 pub mod metrics;
 pub mod path;
-pub mod process;
 pub mod session;
 pub mod state;
-
-#[cfg(feature = "testing")]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub mod testing;
 
 pub use acl::NodeAcl;
 pub use contender::{Participant, leader_of, participants_on};
 pub use error::{Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken, TermEnd};
+#[cfg(feature = "job")]
 pub use job::{ScheduledJob, ScheduledJobBuilder, SlotRun};
 pub use leader::{
     Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,

@@ -157,6 +157,7 @@ pub(crate) fn lease_lapsed() {
     metrics::counter!(LEASE_LAPSES).increment(1);
 }
 
+#[cfg(feature = "job")]
 /// A scheduled job's replica on `path` claimed and started a slot.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn job_slot_started(path: &str, id: &str) {
@@ -168,6 +169,7 @@ pub(crate) fn job_slot_started(path: &str, id: &str) {
     }
 }
 
+#[cfg(feature = "job")]
 /// A scheduled job's replica on `path` recorded a slot's end as `outcome` (or had it refused:
 /// `abandoned`), `run_time` after its claim if known; `succeeded_at_ms` is the ensemble's time of
 /// a `succeeded` end.
@@ -196,6 +198,7 @@ pub(crate) fn job_slot_ended(
     }
 }
 
+#[cfg(feature = "job")]
 /// A scheduled job's replica on `path` recorded `count` slots as not run, for `reason`.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn job_slots_not_run(path: &str, id: &str, reason: &str, count: u64) {
@@ -207,6 +210,7 @@ pub(crate) fn job_slots_not_run(path: &str, id: &str, reason: &str, count: u64) 
     }
 }
 
+#[cfg(feature = "job")]
 /// A scheduled job's replica on `path` gave up a term because its clock was off.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn job_clock_skew_term(path: &str, id: &str) {
@@ -214,6 +218,7 @@ pub(crate) fn job_clock_skew_term(path: &str, id: &str) {
     metrics::counter!(JOB_CLOCK_SKEW_TERMS, &labels(path, id)).increment(1);
 }
 
+#[cfg(feature = "job")]
 /// A scheduled job's replica on `path` measured its wall clock `offset_ms` off the ensemble's.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn job_clock_offset(path: &str, id: &str, offset_ms: i64) {

@@ -54,15 +54,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use common::{eventually, within, zookeeper};
 use tokio::sync::Mutex;
-use zookeeper_recipes::testing::{self, ServerMode, TestingCluster};
 use zookeeper_recipes::{ErrorPolicy, LeaderLatch, Leadership, Session};
+use zookeeper_recipes_testing::{self as testing, ServerMode, TestingCluster};
 
 /// The servers' tick.
 const TICK: Duration = Duration::from_millis(500);

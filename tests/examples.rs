@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 // The example's job, included rather than copied; its `main` is unused here.
 #[allow(dead_code)]
@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use zookeeper_recipes::FencingToken;
 use zookeeper_recipes::job::Schedule;
-use zookeeper_recipes::testing;
+use zookeeper_recipes_testing as testing;
 
 use common::within;
 use statement_job::{Claim, Progress, StatementJob, Statements, Write};

@@ -7,13 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::time::Duration;
 
 use common::{Recording, eventually, proxy_to, session, shared_server, within, zookeeper};
-use zookeeper_recipes::testing::{self, TestingServer};
 use zookeeper_recipes::{InterProcessMutex, LatchEvent, LeaderLatch, Session};
+use zookeeper_recipes_testing::{self as testing, TestingServer};
 
 const BOUND: Duration = Duration::from_secs(20);
 const TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, OnceCell};
 use zookeeper_client::{Acls, Client, CreateMode, SessionState, StateWatcher};
-use zookeeper_recipes::testing::{
-    self, FaultProxy, HarnessError, ServerMode, TestingCluster, TestingServer, expire_session,
+use zookeeper_recipes_testing::{
+    self as testing, self, FaultProxy, HarnessError, ServerMode, TestingCluster, TestingServer,
+    expire_session,
 };
 
 /// The server shared by the tests that do not fault it.

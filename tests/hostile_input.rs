@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,11 +17,11 @@ use common::{StateRecorder, children, eventually, ms, session, shared_server, wi
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acl, Acls, AuthId, CreateMode, LockPrefix, Permission};
 use zookeeper_recipes::job::JobAdmin;
-use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
     Leadership, NodeAcl, SelectorState, Session, TermEnd,
 };
+use zookeeper_recipes_testing as testing;
 
 const BOUND: Duration = Duration::from_secs(20);
 

@@ -1,7 +1,7 @@
 //! Rust recipes and real Apache Curator 5.4 participants on the same paths.
 //!
 //! Every test runs Curator's own `LeaderLatch`, `LeaderSelector` or `InterProcessMutex` in a JVM
-//! (`tests/java/CuratorPeer.java`, driven by `common::curator`) next to this crate's, on one
+//! (`rigs/java/CuratorPeer.java`, driven by `common::curator`) next to this crate's, on one
 //! ZooKeeper server: the election order, the participant lists, handovers in both directions,
 //! replacement of a killed candidate of either side, selector terms that never overlap, and a
 //! lock that serves both sides in request order. Without Java or the Curator jars the tests skip
@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,11 +20,11 @@ use common::curator::{CuratorPeer, event_ts, parse_participants};
 use common::{children, eventually, ms, session, shared_server, within};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
-use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver, LeaderSelector,
     LeaderSelectorListener, Leadership, Participant, Session, participants_on,
 };
+use zookeeper_recipes_testing as testing;
 
 /// Bound on every wait for something that should happen promptly.
 const BOUND: Duration = Duration::from_secs(20);

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
 use futures::StreamExt;
 use zookeeper_client::{Acls, CreateMode};
-use zookeeper_recipes::testing::{self, TestingServer};
 use zookeeper_recipes::{
     CloseMode, ConnectionState, Error, ErrorPolicy, FencedOp, LatchEvent, LeaderLatch, Session,
     TermEnd,
 };
+use zookeeper_recipes_testing::{self as testing, TestingServer};
 
 const BOUND: Duration = Duration::from_secs(20);
 

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,11 +16,11 @@ use common::{
 };
 use nix::sys::signal::Signal;
 use zookeeper_client::{Acls, CreateMode};
-use zookeeper_recipes::testing::{self, TestingServer};
 use zookeeper_recipes::{
     ConnectionState, LeaderInfo, LeaderLatch, LeaderObserver, LeaderSelector, Leadership,
     ObserverEvent, Session,
 };
+use zookeeper_recipes_testing::{self as testing, TestingServer};
 
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -295,7 +295,7 @@ async fn observer_keeps_the_last_leader_unconfirmed_while_its_own_session_is_los
     changes.borrow_and_update();
 
     // Cut the observer off, expire its session on the server, and change the leader meanwhile.
-    let info = watcher_session.zookeeper_session().unwrap();
+    let info = watcher_session.client().unwrap().session().clone();
     proxy.cut();
     rec.state(ConnectionState::Suspended).await;
     assert_eq!(observer.leader().map(|l| l.id), Some("a".to_owned()));

@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use common::zkr::{EventsOn, Line, Zkr, zkr};
 use common::{Recording, ms, own_server, session, shared_server, within, zookeeper};
 use nix::sys::signal::Signal;
-use zookeeper_recipes::testing;
 use zookeeper_recipes::{LeaderObserver, LeaderPool, ObserverEvent, PoolEvent, Session};
+use zookeeper_recipes_testing as testing;
 
 const BOUND: Duration = Duration::from_secs(20);
 /// The session timeout of the replicas in these tests.

@@ -2,17 +2,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
-use zookeeper_recipes::testing;
 use zookeeper_recipes::{
     ErrorPolicy, FencingToken, LeaderSelector, Leadership, SelectorState, Session, TermEnd,
 };
+use zookeeper_recipes_testing as testing;
 
 const BOUND: Duration = Duration::from_secs(20);
 

@@ -5,11 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 #[test]
 fn zookeeper_java_and_curator_are_installed() {
-    if let Err(e) = zookeeper_recipes::testing::zookeeper_available() {
+    if let Err(e) = zookeeper_recipes_testing::zookeeper_available() {
         panic!("the integration tests need a real ZooKeeper: {e}");
     }
     if let Err(e) = common::curator::java_available() {

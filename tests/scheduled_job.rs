@@ -8,12 +8,12 @@
 //! periods, a replica's wall clock skewed (30 days or an hour ahead, an hour behind) or stepped
 //! (within and beyond the tolerance), a cursor left in the future, a host suspend (through a
 //! `TestClock`), a leader's link blackholed while its run ignores its cancellation. Killed (-9)
-//! and frozen (SIGSTOP) replicas are in tests/cron_cli.rs, seeded ensemble faults in
-//! tests/fault_trials.rs.
+//! and frozen (SIGSTOP) replicas are in zkr/tests/cron_cli.rs, seeded ensemble faults in
+//! rigs/tests/fault_trials.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -25,8 +25,8 @@ use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SkewedClock,
     SlotRecord, SlotRun, SlotState,
 };
-use zookeeper_recipes::testing;
 use zookeeper_recipes::{Error, ErrorPolicy, FencingToken, Session};
+use zookeeper_recipes_testing as testing;
 
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -614,7 +614,7 @@ async fn a_cut_off_slot_is_retried_with_a_higher_token_and_the_late_write_is_ref
         term.wait_for(Option::is_some).await.unwrap();
     })
     .await;
-    a.trigger_now().await.unwrap();
+    a.admin().trigger().await.unwrap();
     let started = within(BOUND, "a starts trigger-1", async {
         loop {
             if let Ok(JobEvent::SlotStarted { slot, token, .. }) = a_events.recv().await {
@@ -1601,7 +1601,7 @@ async fn pause_skips_and_trigger_runs() {
         .await
         .unwrap();
     succeeded(&s, &path, 1).await;
-    job.pause().await.unwrap();
+    job.admin().pause().await.unwrap();
     eventually(BOUND, "a slot skipped while paused", || async {
         let r = by_slot(&s, &path).await;
         r.values()
@@ -1611,7 +1611,7 @@ async fn pause_skips_and_trigger_runs() {
     .await;
     let scheduled_runs = runs.count();
     // A trigger runs even while paused: an operator asked.
-    assert_eq!(job.trigger_now().await.unwrap(), 1);
+    assert_eq!(job.admin().trigger().await.unwrap(), 1);
     eventually(BOUND, "trigger-1 ran", || async {
         runs.all()
             .iter()
@@ -1630,7 +1630,7 @@ async fn pause_skips_and_trigger_runs() {
             .count(),
         scheduled_runs
     );
-    job.resume().await.unwrap();
+    job.admin().resume().await.unwrap();
     eventually(BOUND, "a scheduled slot runs after resume", || async {
         (runs
             .all()
@@ -1682,7 +1682,7 @@ async fn pause_skips_queued_slots_and_holds_owed_ones_until_resume() {
         .unwrap();
     let mut events = job.events();
     let held = next_started(&mut events, "the catch-up's first slot started").await;
-    job.pause().await.unwrap();
+    job.admin().pause().await.unwrap();
     within(BOUND, "the leader saw the pause", async {
         while events.recv().await != Ok(JobEvent::PauseChanged { paused: true }) {}
     })
@@ -1883,7 +1883,7 @@ async fn metrics_count_slots_by_outcome_and_reason() {
         .unwrap();
     let mut events = job.events();
     succeeded(&s, &path, 2).await;
-    job.pause().await.unwrap();
+    job.admin().pause().await.unwrap();
     within(BOUND, "a slot skipped while paused", async {
         loop {
             match events.recv().await {
@@ -1897,7 +1897,7 @@ async fn metrics_count_slots_by_outcome_and_reason() {
         }
     })
     .await;
-    job.trigger_now().await.unwrap();
+    job.admin().trigger().await.unwrap();
     within(BOUND, "the trigger failed", async {
         loop {
             if let Ok(JobEvent::SlotFinished { slot, outcome, .. }) = events.recv().await
@@ -2118,7 +2118,7 @@ async fn a_run_that_ignores_its_cancellation_stops_before_the_successor_retries_
             a.leadership().wait_for(Option::is_some).await.unwrap();
         })
         .await;
-        a.trigger_now().await.unwrap();
+        a.admin().trigger().await.unwrap();
         let started = next_started(&mut a_events, "a starts trigger-1").await;
         assert_eq!(started, "trigger-1");
         let b_retry = Arc::new(Mutex::new(None::<(BootTime, u32)>));

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,8 +15,8 @@ use futures::StreamExt;
 use common::{
     StateRecorder, children, eventually, ms, own_server, session, shared_server, within, zookeeper,
 };
-use zookeeper_recipes::testing::{self, TestingCluster};
 use zookeeper_recipes::{ConnectionState, Error, ErrorPolicy, LeaderLatch, Session, TermEnd};
+use zookeeper_recipes_testing::{self as testing, TestingCluster};
 
 const BOUND: Duration = Duration::from_secs(20);
 
@@ -153,7 +153,7 @@ async fn expired_session_gives_lost_then_a_new_session() {
     // reconnects at once and takes the session back before the twin can close it.
     let proxy = common::proxy_to(server).await;
     let s = session(&proxy.connect_string(), Duration::from_secs(4)).await;
-    let first = s.zookeeper_session().unwrap();
+    let first = s.client().unwrap().session().clone();
     let mut states = StateRecorder::start(&s);
 
     let expired = Instant::now();

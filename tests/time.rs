@@ -11,19 +11,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Recording, StateRecorder, eventually, ms, own_server, session, within, zookeeper};
 use zookeeper_recipes::clock::{BootTime, TestClock};
-use zookeeper_recipes::testing::history::{History, Term};
-use zookeeper_recipes::testing::{FaultProxy, TestingCluster, unique_path};
 use zookeeper_recipes::{
     ConnectionState, ErrorPolicy, LatchEvent, LeaderLatch, LeaderSelector, Leadership, Session,
     TermEnd,
 };
+use zookeeper_recipes_testing::history::{History, Term};
+use zookeeper_recipes_testing::{FaultProxy, TestingCluster, unique_path};
 
 const BOUND: Duration = Duration::from_secs(30);
 const TICK: Duration = Duration::from_millis(200);

@@ -45,7 +45,6 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 use zookeeper_client::CreateMode;
@@ -884,51 +883,6 @@ impl ScheduledJob {
         }
     }
 
-    /// The recorded slots, newest first ([`JobAdmin::history`]).
-    ///
-    /// # Errors
-    /// As [`JobAdmin::history`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    pub async fn history(&self, limit: usize) -> Result<Vec<SlotRecord>> {
-        self.admin().history(limit).await
-    }
-
-    /// Asks the leader, whichever replica it is, to run the job now as an extra slot
-    /// ([`JobAdmin::trigger`]).
-    ///
-    /// # Errors
-    /// As [`JobAdmin::trigger`].
-    ///
-    /// # Cancel safety
-    /// As [`JobAdmin::trigger`].
-    pub async fn trigger_now(&self) -> Result<u64> {
-        self.admin().trigger().await
-    }
-
-    /// Pauses the job for every replica ([`JobAdmin::pause`]).
-    ///
-    /// # Errors
-    /// As [`JobAdmin::pause`].
-    ///
-    /// # Cancel safety
-    /// As [`JobAdmin::pause`].
-    pub async fn pause(&self) -> Result<()> {
-        self.admin().pause().await
-    }
-
-    /// Resumes the job ([`JobAdmin::resume`]).
-    ///
-    /// # Errors
-    /// As [`JobAdmin::resume`].
-    ///
-    /// # Cancel safety
-    /// As [`JobAdmin::resume`].
-    pub async fn resume(&self) -> Result<()> {
-        self.admin().resume().await
-    }
-
     /// Leaves the job after the running slot, if any, has finished: a graceful shutdown, for a
     /// deploy or a scale-down, that does not turn the slot in progress into a retry.
     ///
@@ -994,7 +948,7 @@ impl ScheduledJob {
 }
 
 /// The job's state as [`JobAdmin::status`] reads it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JobStatus {
     /// The job's path.

@@ -129,6 +129,7 @@ impl LeaderSelectorBuilder {
         self
     }
 
+    #[cfg(feature = "job")]
     /// For a closure of this crate that stops its own work by the term's lease (the scheduled
     /// job's loop): abort it at the end of its grace only, not at the lease, so that it can
     /// still record (fenced, and so refused) what became of the work.

@@ -561,13 +561,6 @@ impl Session {
         &self.shared.config.clock
     }
 
-    /// The id and password of the current ZooKeeper session, for tools that must act on it from
-    /// outside (the test harness's `expire_session`). Keep it secret: it lets anyone take the
-    /// session over.
-    pub fn zookeeper_session(&self) -> Option<SessionInfo> {
-        self.live().ok().map(|l| l.client.session().clone())
-    }
-
     /// The raw client of the current ZooKeeper session (chrooted), for operations the recipes do
     /// not cover. It stops working when the session is lost; fetch a new one afterwards.
     ///
