@@ -230,6 +230,7 @@ pub(crate) fn job_clock_offset(path: &str, id: &str, offset_ms: i64) {
 
 /// A scheduled job's replica on `path` stopped running a slot (its end recorded, refused, or
 /// its loop gone).
+#[cfg(feature = "job")]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn job_idle(path: &str, id: &str) {
     #[cfg(feature = "metrics")]
