@@ -1,43 +1,44 @@
-//! The ACL of the nodes a recipe creates: its contender nodes, the election path and its missing
-//! ancestors (created as containers), and the nodes a fenced write creates
-//! ([`FencedOp::create`](crate::FencedOp::create)).
-//!
-//! ZooKeeper checks a delete against the ACL of the *parent*: who may delete the leader's node is
-//! decided by the election path's ACL, not by the node's own. So the option protects an election
-//! only where the recipe creates the election path itself; an election path that already exists
-//! keeps its ACL, and an operator must set it (`setAcl`, see the recipe specs).
-//!
-//! # Examples
-//! ```no_run
-//! # async fn demo() -> zookeeper_recipes::Result<()> {
-//! use zookeeper_recipes::{LeaderLatch, NodeAcl, Session};
-//!
-//! // Every replica authenticates as the same digest user: only they can delete or write the
-//! // election's nodes, or take part at all.
-//! let session = Session::builder("127.0.0.1:2181")
-//!     .digest_auth("statement-job", "s3cret")
-//!     .connect()
-//!     .await?;
-//! let latch = LeaderLatch::builder(&session, "/election/statement-job")
-//!     .acl(NodeAcl::creator_all())
-//!     .start()
-//!     .await?;
-//! # Ok(()) }
-//! ```
-//!
-//! # Curator
-//! Curator sets ACLs on the framework (`CuratorFrameworkFactory.builder().aclProvider(..)`) and
-//! applies the provider's ACL to parents it creates as well. Here the ACL is a recipe option; the
-//! presets are `ZooDefs.Ids.OPEN_ACL_UNSAFE` ([`NodeAcl::anyone_all`], the default, as in Curator)
-//! and `CREATOR_ALL_ACL` ([`NodeAcl::creator_all`]).
+//! The ACL of the nodes a recipe creates ([`NodeAcl`] has the rules).
 
 use std::sync::Arc;
 
-use zookeeper_client::Acls;
-pub use zookeeper_client::{Acl, AuthId, Permission};
+use zookeeper_client::{Acl, Acls};
 
 use crate::error::{Error, Result};
 
+/// The ACL of the nodes a recipe creates: its contender nodes, the election path and its missing
+/// ancestors (created as containers), and the nodes a fenced write creates
+/// ([`FencedOp::create`](crate::FencedOp::create)).
+///
+/// ZooKeeper checks a delete against the ACL of the *parent*: who may delete the leader's node is
+/// decided by the election path's ACL, not by the node's own. So the option protects an election
+/// only where the recipe creates the election path itself; an election path that already exists
+/// keeps its ACL, and an operator must set it (`setAcl`, see the recipe specs).
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> zookeeper_recipes::Result<()> {
+/// use zookeeper_recipes::{LeaderLatch, NodeAcl, Session};
+///
+/// // Every replica authenticates as the same digest user: only they can delete or write the
+/// // election's nodes, or take part at all.
+/// let session = Session::builder("127.0.0.1:2181")
+///     .digest_auth("statement-job", "s3cret")
+///     .connect()
+///     .await?;
+/// let latch = LeaderLatch::builder(&session, "/election/statement-job")
+///     .acl(NodeAcl::creator_all())
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Curator
+/// Curator sets ACLs on the framework (`CuratorFrameworkFactory.builder().aclProvider(..)`) and
+/// applies the provider's ACL to parents it creates as well. Here the ACL is a recipe option; the
+/// presets are `ZooDefs.Ids.OPEN_ACL_UNSAFE` ([`NodeAcl::anyone_all`], the default, as in Curator)
+/// and `CREATOR_ALL_ACL` ([`NodeAcl::creator_all`]).
+///
 /// The ACL a recipe gives the nodes it creates. Cheap to clone.
 ///
 /// Every participant must be able to read the others' nodes: a contender watches its
@@ -141,6 +142,7 @@ impl From<Acls<'_>> for NodeAcl {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zookeeper_client::{AuthId, Permission};
 
     #[test]
     fn presets_are_zookeepers_well_known_acls() {

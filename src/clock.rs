@@ -1,39 +1,4 @@
-//! Time as this crate reads it: `CLOCK_BOOTTIME`, the clock that keeps counting while the host
-//! is suspended.
-//!
-//! Every deadline of the crate (a session's lease, a term's validity, the stop of work that
-//! outlives its term) is a [`BootTime`]. Rust's [`Instant`] and tokio's
-//! timers read `CLOCK_MONOTONIC`, which on Linux **stands still while the host is suspended**
-//! (`systemctl suspend`, a closed laptop lid, a hibernated cloud VM): a leader whose host slept
-//! for ten minutes would wake believing its lease had all the time left that it had when it went
-//! to sleep, while the ensemble had long expired its session and elected another leader.
-//! `CLOCK_BOOTTIME` is the same clock plus the time spent suspended, so a deadline on it has
-//! passed the moment the host resumes: [`Leadership::is_valid`](crate::Leadership::is_valid) is
-//! false at once, without any network.
-//!
-//! Timers still run on tokio (on the monotonic clock), so a wait for a boot-time deadline is a
-//! loop that sleeps and reads the clock again. The one wait that must end the moment a host
-//! resumes, a session's watch over its lease, also arms a `timerfd` on `CLOCK_BOOTTIME`, which
-//! the kernel fires on resume when its time passed during the suspend.
-//!
-//! # What no clock of the guest sees
-//! A hypervisor that pauses a VM and restores its clock source on resume (`virsh suspend`, QEMU's
-//! `stop`/`cont` with kvmclock) hides the pause from `CLOCK_BOOTTIME` too. The guest sees such a
-//! pause only when its wall clock is stepped back into line (NTP, the guest agent); a session
-//! treats a wall clock that moved ahead of boot time by more than its lease margin as a lost
-//! lease. Until that step, the paused leader believes its term valid, and only fencing (the
-//! token, [`Fence`](crate::Fence), [`Leadership::fenced`](crate::Leadership::fenced)) protects
-//! the resource.
-//!
-//! # A clock for tests
-//! A [`Clock`] is what a session reads; [`Clock::system`] is the machine's. A [`TestClock`]
-//! gives tests the faults no process can cause to itself: [`TestClock::suspend`] moves boot time
-//! ahead of the monotonic clock at once (the host resumed from a suspend),
-//! [`TestClock::freeze`] and [`TestClock::thaw`] let a session believe no time passes and then
-//! see it all at once, and [`TestClock::step_wall`] steps the wall clock alone (a hypervisor
-//! pause seen through the wall clock). A session built with
-//! [`SessionBuilder::clock`](crate::SessionBuilder::clock) reads it for its lease and every term
-//! won on it.
+//! Time as this crate reads it: boot time, which counts a host's suspend ([`Clock`] has the rules).
 
 use std::fmt;
 use std::ops::{Add, Sub};
@@ -57,7 +22,7 @@ use tokio::sync::watch;
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use zookeeper_recipes::clock::BootTime;
+/// use zookeeper_recipes::BootTime;
 ///
 /// let now = BootTime::now();
 /// let later = now + Duration::from_millis(5);
@@ -145,6 +110,43 @@ fn read_wall_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Time as this crate reads it: `CLOCK_BOOTTIME`, the clock that keeps counting while the host
+/// is suspended.
+///
+/// Every deadline of the crate (a session's lease, a term's validity, the stop of work that
+/// outlives its term) is a [`BootTime`]. Rust's [`Instant`] and tokio's
+/// timers read `CLOCK_MONOTONIC`, which on Linux **stands still while the host is suspended**
+/// (`systemctl suspend`, a closed laptop lid, a hibernated cloud VM): a leader whose host slept
+/// for ten minutes would wake believing its lease had all the time left that it had when it went
+/// to sleep, while the ensemble had long expired its session and elected another leader.
+/// `CLOCK_BOOTTIME` is the same clock plus the time spent suspended, so a deadline on it has
+/// passed the moment the host resumes: [`Leadership::is_valid`](crate::Leadership::is_valid) is
+/// false at once, without any network.
+///
+/// Timers still run on tokio (on the monotonic clock), so a wait for a boot-time deadline is a
+/// loop that sleeps and reads the clock again. The one wait that must end the moment a host
+/// resumes, a session's watch over its lease, also arms a `timerfd` on `CLOCK_BOOTTIME`, which
+/// the kernel fires on resume when its time passed during the suspend.
+///
+/// # What no clock of the guest sees
+/// A hypervisor that pauses a VM and restores its clock source on resume (`virsh suspend`, QEMU's
+/// `stop`/`cont` with kvmclock) hides the pause from `CLOCK_BOOTTIME` too. The guest sees such a
+/// pause only when its wall clock is stepped back into line (NTP, the guest agent); a session
+/// treats a wall clock that moved ahead of boot time by more than its lease margin as a lost
+/// lease. Until that step, the paused leader believes its term valid, and only fencing (the
+/// token, [`Fence`](crate::Fence), [`Leadership::fenced`](crate::Leadership::fenced)) protects
+/// the resource.
+///
+/// # A clock for tests
+/// A [`Clock`] is what a session reads; [`Clock::system`] is the machine's. A [`TestClock`]
+/// gives tests the faults no process can cause to itself: [`TestClock::suspend`] moves boot time
+/// ahead of the monotonic clock at once (the host resumed from a suspend),
+/// [`TestClock::freeze`] and [`TestClock::thaw`] let a session believe no time passes and then
+/// see it all at once, and [`TestClock::step_wall`] steps the wall clock alone (a hypervisor
+/// pause seen through the wall clock). A session built with
+/// [`SessionBuilder::clock`](crate::SessionBuilder::clock) reads it for its lease and every term
+/// won on it.
+///
 /// The clocks a session reads: boot time for every deadline, the wall clock only to notice a
 /// pause that boot time did not see. Cheap to clone.
 ///
@@ -330,7 +332,7 @@ impl BootTimer {
 /// # Examples
 /// ```
 /// use std::time::Duration;
-/// use zookeeper_recipes::clock::TestClock;
+/// use zookeeper_recipes::TestClock;
 ///
 /// let test = TestClock::new();
 /// let clock = test.clock();

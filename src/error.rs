@@ -143,7 +143,7 @@ pub enum Error {
 
     /// A [`LeaderPool`](crate::LeaderPool) with these jobs could need an assignment node larger
     /// than the share of the server's request limit it may take (half of `jute.maxbuffer`, see
-    /// [`assignment_budget`](crate::leader::pool::assignment_budget)): the coordinator could
+    /// [`assignment_budget`](crate::LeaderPool::assignment_budget)): the coordinator could
     /// not write it once the members' ids are long enough. The pool was not started. Use fewer
     /// jobs or shorter job names, or split the jobs over several pools.
     #[error(
@@ -206,6 +206,11 @@ pub(crate) fn is_refusal(e: &zookeeper_client::Error) -> bool {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The error of the user's own code that a recipe runs (a [`LeaderSelector`](crate::LeaderSelector)'s
+/// closure, a scheduled job's run): the recipe logs it and ends the term or the run; it is never
+/// one of this crate's [`Error`]s.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 #[cfg(test)]
 mod tests {

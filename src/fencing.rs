@@ -1,25 +1,4 @@
-//! Fencing tokens, leadership terms, and writes that only a current leader can make.
-//!
-//! Electing one leader is not enough to make work run on one replica only: a leader that was
-//! paused (GC, VM freeze, partition) past its session wakes up still believing it leads, while a
-//! successor already acts. Two defences work together here:
-//!
-//! - **A deadline.** Every [`Leadership`] term is valid only until the session can no longer be
-//!   proven alive ([`Leadership::valid_until`], on boot time: it counts a host's suspend, see
-//!   [`crate::clock`]). Check [`Leadership::is_valid`] right before acting: it needs no network,
-//!   so a process that has just woken from a freeze or a suspend sees that its term is over
-//!   before it sends anything.
-//! - **A fencing token.** Each term carries a [`FencingToken`]: the zxid at which the leader's
-//!   node was created (its `czxid`). A leader is always the lowest live sequence under the
-//!   election path and sequences are handed out in commit order, so a later term always has a
-//!   higher token. A resource that remembers the highest token it has seen and rejects lower ones
-//!   ([`Fence`]) cannot be written by a deposed leader, however long it slept. ZooKeeper state
-//!   itself can be written through [`Leadership::fenced`], a multi-op that first checks that the
-//!   leader's node still exists.
-//!
-//! # Curator
-//! Curator has no token (CURATOR-537 asks for one; `getLastPathIsLeader` is the nearest), and its
-//! guarded writes are still an open issue (CURATOR-689).
+//! Fencing tokens, leadership terms, and writes that only a current leader can make ([`FencingToken`] has the argument).
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,11 +8,35 @@ use std::time::Duration;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use zookeeper_client::{CheckWriteError, CreateMode, MultiWriteResult};
 
-use crate::acl::{Acl, NodeAcl};
+use crate::acl::NodeAcl;
 use crate::clock::{BootTime, Clock};
 use crate::error::{Error, Result};
 use crate::session::{Lease, Live, Session, WeakSession};
+use zookeeper_client::Acl;
 
+/// Fencing tokens, leadership terms, and writes that only a current leader can make.
+///
+/// Electing one leader is not enough to make work run on one replica only: a leader that was
+/// paused (GC, VM freeze, partition) past its session wakes up still believing it leads, while a
+/// successor already acts. Two defences work together here:
+///
+/// - **A deadline.** Every [`Leadership`] term is valid only until the session can no longer be
+///   proven alive ([`Leadership::valid_until`], on boot time: it counts a host's suspend, see
+///   [`crate::Clock`]). Check [`Leadership::is_valid`] right before acting: it needs no network,
+///   so a process that has just woken from a freeze or a suspend sees that its term is over
+///   before it sends anything.
+/// - **A fencing token.** Each term carries a [`FencingToken`]: the zxid at which the leader's
+///   node was created (its `czxid`). A leader is always the lowest live sequence under the
+///   election path and sequences are handed out in commit order, so a later term always has a
+///   higher token. A resource that remembers the highest token it has seen and rejects lower ones
+///   ([`Fence`]) cannot be written by a deposed leader, however long it slept. ZooKeeper state
+///   itself can be written through [`Leadership::fenced`], a multi-op that first checks that the
+///   leader's node still exists.
+///
+/// # Curator
+/// Curator has no token (CURATOR-537 asks for one; `getLastPathIsLeader` is the nearest), and its
+/// guarded writes are still an open issue (CURATOR-689).
+///
 /// The token of a leadership term or lock hold: the creation zxid of the holder's node.
 ///
 /// Tokens are totally ordered; a later term has a strictly higher token than any earlier term

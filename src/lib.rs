@@ -4,7 +4,7 @@
 //!
 //! A service runs as several replicas for availability, but some work must run on exactly one
 //! of them. This crate gives that work a [`LeaderLatch`], a [`LeaderSelector`] or an
-//! [`InterProcessMutex`], all on one contender core ([`contender`]): ephemeral sequential znodes
+//! [`InterProcessMutex`], all on one contender core ([its spec](specs::leader_latch)): ephemeral sequential znodes
 //! under an election path (by default under `/election`), each candidate watching only its
 //! predecessor, Curator's connection states, recovery after session expiry. Every leadership term
 //! carries a [`FencingToken`] (the zxid at which the leader's node was created) and a deadline
@@ -87,14 +87,14 @@
 //! | `CancelLeadershipException` | the term's [`Leadership::cancelled`] future |
 //! | (none; client-go's `OnNewLeader`, etcd's `Election.Observe`) | [`LeaderObserver`] |
 //! | (none; sharded controllers, Helix-style partition leaders) | [`LeaderPool`] |
-//! | (none; ShedLock, Quartz clustered, Kubernetes CronJob) | [`ScheduledJob`]: once per schedule slot across failovers, fenced ([`job`]) |
+//! | (none; ShedLock, Quartz clustered, Kubernetes CronJob) | [`job::ScheduledJob`]: once per schedule slot across failovers, fenced ([`job`]) |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
 //! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
 //! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`] |
 //! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | the crate `zookeeper-recipes-testing` (a dev-dependency) |
 //!
 //! # Crate features
-//! - `job` (on by default): [`ScheduledJob`] and the `job` module, with the cron and time-zone
+//! - `job` (on by default): [`job::ScheduledJob`] and the rest of the `job` module, with the cron and time-zone
 //!   crates they need. A service that only elects or locks can turn it off
 //!   (`default-features = false`).
 //! - `metrics`: leadership and session metrics through the `metrics` facade; the names and
@@ -121,32 +121,31 @@
 // nothing to point at (docs.rs builds with it).
 #![cfg_attr(not(feature = "job"), allow(rustdoc::broken_intra_doc_links))]
 
-pub mod acl;
-pub mod clock;
-pub mod contender;
-pub mod error;
-pub mod fencing;
+mod acl;
+mod clock;
+mod contender;
+mod error;
+mod fencing;
 #[cfg(feature = "job")]
 #[cfg_attr(docsrs, doc(cfg(feature = "job")))]
 pub mod job;
-pub mod leader;
-pub mod lock;
+mod leader;
+mod lock;
 pub mod metrics;
 pub mod path;
-pub mod session;
-pub mod state;
+mod session;
+pub mod specs;
+mod state;
 
 pub use acl::NodeAcl;
+pub use clock::{BootTime, Clock, TestClock};
 pub use contender::{Participant, leader_of, participants_on};
-pub use error::{Error, Result};
+pub use error::{BoxError, Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken, TermEnd};
-#[cfg(feature = "job")]
-pub use job::{ScheduledJob, ScheduledJobBuilder, SlotRun};
 pub use leader::{
-    Assignment, BoxError, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder,
-    LeaderObserver, LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector,
-    LeaderSelectorBuilder, LeaderSelectorListener, ObserverEvent, Overrun, PoolEvent,
-    SelectorState,
+    Assignment, CloseMode, LatchEvent, LeaderInfo, LeaderLatch, LeaderLatchBuilder, LeaderObserver,
+    LeaderObserverBuilder, LeaderPool, LeaderPoolBuilder, LeaderSelector, LeaderSelectorBuilder,
+    LeaderSelectorListener, ObserverEvent, Overrun, PoolEvent, SelectorState,
 };
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
 pub use session::{Session, SessionBuilder, SessionStatus};

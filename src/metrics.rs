@@ -24,7 +24,7 @@
 //! | `zookeeper_recipes_connection_state_changes_total` | counter | `state` | connection state changes of every [`Session`](crate::Session) (`connected`, `suspended`, `reconnected`, `lost`, `read_only`, `closed`) |
 //! | `zookeeper_recipes_session_losses_total` | counter | | sessions lost (`Lost`: the servers said the session expired, or the client gave up on it; a deliberate close is not counted) |
 //! | `zookeeper_recipes_lease_lapses_total` | counter | | leases that lapsed: a session could not prove within its timeout that the quorum heard of it, so every term on it ended (the session itself was kept) |
-//! | `zookeeper_recipes_job_slots_started_total` | counter | `path`, `id` | slots a [`ScheduledJob`](crate::ScheduledJob) replica claimed and started (retries and triggers included) |
+//! | `zookeeper_recipes_job_slots_started_total` | counter | `path`, `id` | slots a [`ScheduledJob`](crate::job::ScheduledJob) replica claimed and started (retries and triggers included) |
 //! | `zookeeper_recipes_job_slots_ended_total` | counter | `path`, `id`, `outcome` | slot ends this replica recorded: `succeeded`, `failed`, `parked` (a cut-off slot settled by the on-crash policy counts here too), or `abandoned` (the end was refused because the term was over; the slot stays open for the next leader) |
 //! | `zookeeper_recipes_job_slots_not_run_total` | counter | `path`, `id`, `reason` | slots recorded as not run: `overlap`, `paused`, `catch_up` (each slot of a folded `missed` range counts) |
 //! | `zookeeper_recipes_job_run_duration_seconds` | histogram | `path`, `id`, `outcome` | how long this replica's runs took, from the claim to the recorded end (`succeeded`, `failed`, `abandoned`) |

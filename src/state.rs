@@ -1,25 +1,27 @@
-//! Connection states as Curator reports them, and the policy that says which of them end a term.
-//!
-//! ZooKeeper's own client reports `Disconnected`, `SyncConnected`, `Expired`. Curator folds those
-//! into five states that recipes can act on; this module does the same, as pure functions so that
-//! the rules can be tested without a server. The managed [`Session`](crate::Session) feeds them.
-//!
-//! | ZooKeeper / local observation                         | ConnectionState |
-//! |--------------------------------------------------------|-----------------|
-//! | first session established                              | `Connected`     |
-//! | connection dropped, session may be alive               | `Suspended`     |
-//! | connected, but the lease lapsed: nothing proves the quorum heard of the session within its timeout | `Suspended` |
-//! | connection back (and the lease proven), same session   | `Reconnected`   |
-//! | new session established after `Lost`                    | `Reconnected`   |
-//! | server said expired, or the client gave up on the session | `Lost`        |
-//! | connected to a read-only server                         | `ReadOnly`      |
-//! | closed on purpose ([`Session::close`](crate::Session::close), last clone dropped) | `Closed` |
-//!
-//! `Closed` is not a loss: a service that alerts on `Lost` (as on Curator's `LOST`) does not
-//! alert on its own clean shutdown.
+//! Connection states as Curator reports them ([`ConnectionState`] has the table), and the policy that says which of them end a term.
 
 use std::fmt;
 
+/// Connection states as Curator reports them, and the policy that says which of them end a term.
+///
+/// ZooKeeper's own client reports `Disconnected`, `SyncConnected`, `Expired`. Curator folds those
+/// into five states that recipes can act on; this module does the same, as pure functions so that
+/// the rules can be tested without a server. The managed [`Session`](crate::Session) feeds them.
+///
+/// | ZooKeeper / local observation                         | ConnectionState |
+/// |--------------------------------------------------------|-----------------|
+/// | first session established                              | `Connected`     |
+/// | connection dropped, session may be alive               | `Suspended`     |
+/// | connected, but the lease lapsed: nothing proves the quorum heard of the session within its timeout | `Suspended` |
+/// | connection back (and the lease proven), same session   | `Reconnected`   |
+/// | new session established after `Lost`                    | `Reconnected`   |
+/// | server said expired, or the client gave up on the session | `Lost`        |
+/// | connected to a read-only server                         | `ReadOnly`      |
+/// | closed on purpose ([`Session::close`](crate::Session::close), last clone dropped) | `Closed` |
+///
+/// `Closed` is not a loss: a service that alerts on `Lost` (as on Curator's `LOST`) does not
+/// alert on its own clean shutdown.
+///
 /// The state of the connection to ZooKeeper, as Curator's `ConnectionState`.
 ///
 /// # Curator

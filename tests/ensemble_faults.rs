@@ -206,7 +206,7 @@ impl Pair {
         .await;
         let b_started = b_term.started_at();
         // `fault` on boot time: both terms' instants are.
-        let fault = zookeeper_recipes::clock::BootTime::now() - fault.elapsed();
+        let fault = zookeeper_recipes::BootTime::now() - fault.elapsed();
         Outcome {
             policy: self.policy,
             b_started: b_started.saturating_duration_since(fault),

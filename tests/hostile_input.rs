@@ -364,7 +364,7 @@ async fn an_oversized_fenced_write_is_refused_before_sending_and_the_leader_keep
 
     // The multi `fenced` sends, in jute: request header 8, check header 9 + path (4 + len) +
     // version 4, set-data header 9 + path (4 + len) + data (4 + n) + version 4, closing header 9.
-    let limit = zookeeper_recipes::session::DEFAULT_JUTE_MAX_BUFFER;
+    let limit = zookeeper_recipes::Session::DEFAULT_JUTE_MAX_BUFFER;
     let overhead = 8 + 9 + 4 + term.path().len() + 4 + 9 + 4 + data_path.len() + 4 + 4 + 9;
     let at_limit = limit - overhead;
 

@@ -190,8 +190,8 @@ impl PoolTerms {
     }
 
     fn terms(&self, epoch: Instant) -> Vec<Term> {
-        let epoch = zookeeper_recipes::clock::BootTime::now() - epoch.elapsed();
-        let micros = |at: zookeeper_recipes::clock::BootTime| {
+        let epoch = zookeeper_recipes::BootTime::now() - epoch.elapsed();
+        let micros = |at: zookeeper_recipes::BootTime| {
             at.saturating_duration_since(epoch).as_micros() as u64
         };
         let recordings = self.0.lock().unwrap().clone();
@@ -850,11 +850,11 @@ async fn wait_pools_settled(pools: &[LeaderPool], jobs: usize, what: &str) {
 /// are measured by the bench (`pool 1000 10`).
 #[tokio::test]
 async fn a_pool_at_the_assignment_size_limit_settles_and_one_more_job_is_refused_at_start() {
-    use zookeeper_recipes::Error;
-    use zookeeper_recipes::leader::pool::{
-        MAX_MEMBER_ID_LEN, assignment_budget, assignment_worst_case,
-    };
-    use zookeeper_recipes::session::DEFAULT_JUTE_MAX_BUFFER;
+    use zookeeper_recipes::{Error, LeaderPool, Session};
+    const MAX_MEMBER_ID_LEN: usize = LeaderPool::MAX_MEMBER_ID_LEN;
+    const DEFAULT_JUTE_MAX_BUFFER: usize = Session::DEFAULT_JUTE_MAX_BUFFER;
+    let assignment_budget = LeaderPool::assignment_budget;
+    let assignment_worst_case = LeaderPool::assignment_worst_case;
 
     if !zookeeper() {
         return;

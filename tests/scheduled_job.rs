@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{eventually, proxy_to, session, shared_server, within, zookeeper};
-use zookeeper_recipes::clock::{BootTime, TestClock};
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SkewedClock,
     SlotRecord, SlotRun, SlotState,
 };
+use zookeeper_recipes::{BootTime, TestClock};
 use zookeeper_recipes::{Error, ErrorPolicy, FencingToken, Session};
 use zookeeper_recipes_testing as testing;
 
@@ -699,8 +699,8 @@ async fn one_replica(
     path: &str,
     runs: &Runs,
     configure: impl FnOnce(
-        zookeeper_recipes::ScheduledJobBuilder,
-    ) -> zookeeper_recipes::ScheduledJobBuilder,
+        zookeeper_recipes::job::ScheduledJobBuilder,
+    ) -> zookeeper_recipes::job::ScheduledJobBuilder,
 ) -> ScheduledJob {
     configure(
         ScheduledJob::builder(s, path)
@@ -1561,7 +1561,7 @@ async fn bad_input_is_refused_at_build() {
         Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
         other => panic!("{what}: {other:?}"),
     };
-    let ok = |b: zookeeper_recipes::ScheduledJobBuilder| b.every(Duration::from_secs(1));
+    let ok = |b: zookeeper_recipes::job::ScheduledJobBuilder| b.every(Duration::from_secs(1));
     arg_err(
         ok(b()).history_limit(0).build().map(|_| ()),
         "history limit",

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Recording, StateRecorder, eventually, ms, own_server, session, within, zookeeper};
-use zookeeper_recipes::clock::{BootTime, TestClock};
+use zookeeper_recipes::{BootTime, TestClock};
 use zookeeper_recipes::{
     ConnectionState, ErrorPolicy, LatchEvent, LeaderLatch, LeaderSelector, Leadership, Session,
     TermEnd,

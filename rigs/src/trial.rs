@@ -81,11 +81,11 @@ use tokio::process::{Child, Command};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use zookeeper_recipes::clock::{BootTime, TestClock};
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, MAX_HISTORY, Schedule, ScheduledJob, SkewedClock, SlotRecord, SlotRun,
     SlotState, SystemClock, WallClock,
 };
+use zookeeper_recipes::{BootTime, TestClock};
 use zookeeper_recipes::{
     ErrorPolicy, Fence, FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
     Leadership, Session,

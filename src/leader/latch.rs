@@ -1,4 +1,4 @@
-#![doc = include_str!("../../recipes/leader-latch.md")]
+//! [`LeaderLatch`]: the protocol is in [`crate::specs::leader_latch`].
 
 use std::time::Duration;
 
@@ -143,7 +143,7 @@ impl LeaderLatchBuilder {
 /// Curator's `LeaderLatch`: join an election and stay in it; at any moment at most one latch on
 /// the path leads.
 ///
-/// See the [module docs](self) for the protocol.
+/// See [the spec](crate::specs::leader_latch) for the protocol.
 ///
 /// # Examples
 /// ```no_run

@@ -4,14 +4,14 @@
 //! evenly over the replicas, one latch per job).
 
 mod feed;
-pub mod latch;
-pub mod observer;
-pub mod pool;
-pub mod selector;
+mod latch;
+mod observer;
+mod pool;
+mod selector;
 
 pub use latch::{CloseMode, LatchEvent, LeaderLatch, LeaderLatchBuilder};
 pub use observer::{LeaderInfo, LeaderObserver, LeaderObserverBuilder, ObserverEvent};
 pub use pool::{Assignment, LeaderPool, LeaderPoolBuilder, PoolEvent};
 pub use selector::{
-    BoxError, LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener, Overrun, SelectorState,
+    LeaderSelector, LeaderSelectorBuilder, LeaderSelectorListener, Overrun, SelectorState,
 };

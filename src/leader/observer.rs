@@ -1,4 +1,4 @@
-#![doc = include_str!("../../recipes/leader-observer.md")]
+//! [`LeaderObserver`]: the protocol is in [`crate::specs::leader_observer`].
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,7 +123,7 @@ struct Shared {
 /// Like client-go's `OnNewLeader` and etcd's `Election.Observe`: for a follower that forwards
 /// requests to the leader, a dashboard, or readiness by role. It works on paths used by
 /// [`LeaderLatch`](crate::LeaderLatch), [`LeaderSelector`](crate::LeaderSelector) and their
-/// Curator counterparts. See the [module docs](self) for the protocol.
+/// Curator counterparts. See [the spec](crate::specs::leader_observer) for the protocol.
 ///
 /// Dropping the observer stops it (its watch is removed); [`close`](Self::close) also waits for
 /// that.

@@ -1,4 +1,4 @@
-#![doc = include_str!("../../recipes/leader-pool.md")]
+//! [`LeaderPool`]: the protocol is in [`crate::specs::leader_pool`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -20,11 +20,11 @@ use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backof
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// The child of the pool root under which every replica holds its membership latch.
-pub const MEMBERS: &str = "members";
+pub(crate) const MEMBERS: &str = "members";
 /// The child of the pool root that holds the coordinator's assignment (JSON).
-pub const ASSIGNMENT: &str = "assignment";
+pub(crate) const ASSIGNMENT: &str = "assignment";
 /// The child of the pool root under which each job has its election path.
-pub const JOBS: &str = "jobs";
+pub(crate) const JOBS: &str = "jobs";
 
 /// Which replica leads which job, as the pool's coordinator wrote it.
 ///
@@ -49,34 +49,16 @@ impl Assignment {
     }
 }
 
-/// The longest id a pool member may have, in bytes as the assignment's JSON spells it (a `"` or
-/// a `\` takes two bytes there; other characters take their UTF-8 length).
-///
-/// The assignment names an owner for every job, so this bounds its size (see
-/// [`assignment_worst_case`]). 128 holds the default id (`<host name>-<pid>-<8 hex digits>`:
-/// at most 64 + 1 + 7 + 1 + 8 = 81 bytes on Linux) and a Kubernetes pod's host name (at most
-/// 63); a latch alone accepts ids up to [`path::MAX_ID_LEN`].
-pub const MAX_MEMBER_ID_LEN: usize = 128;
+/// The longest id a pool member may have: [`LeaderPool::MAX_MEMBER_ID_LEN`].
+const MAX_MEMBER_ID_LEN: usize = 128;
 
-/// The most the assignment of a pool may take at worst, in bytes of JSON: half of the servers'
-/// `jute.maxbuffer` (`jute_max_buffer`, 1 MiB - 1 by default, so 524,287 bytes).
-///
-/// The coordinator writes the whole assignment in one request, and a server closes the
-/// connection of a client whose request exceeds `jute.maxbuffer`. Half of it goes to the jobs
-/// (checked by [`LeaderPoolBuilder::start`] with [`assignment_worst_case`]); the other half
-/// holds the members list (each member adds its id and 3 bytes: about 4,000 more members of the
-/// longest id) and the fenced multi around the data (paths and headers, about 100 bytes).
-pub fn assignment_budget(jute_max_buffer: usize) -> usize {
+/// [`LeaderPool::assignment_budget`].
+fn assignment_budget(jute_max_buffer: usize) -> usize {
     jute_max_buffer / 2
 }
 
-/// The size in bytes of the largest assignment `jobs` can have with one member: every job owned
-/// by a member whose id takes [`MAX_MEMBER_ID_LEN`] bytes, i.e.
-/// `26 + L + Σ (json(job) + L + 4) - 1` where `L` is [`MAX_MEMBER_ID_LEN`] and `json(job)`
-/// the job's name as a JSON string, quotes included (its length + 2 for a plain name). With
-/// plain names of `n` bytes that is `153 + J × (n + 134)`: at the default limit
-/// ([`assignment_budget`] of 1 MiB - 1), 3,691 jobs of 8 bytes, 3,157 of 32, 2,647 of 64.
-pub fn assignment_worst_case(jobs: &[String]) -> usize {
+/// [`LeaderPool::assignment_worst_case`].
+fn assignment_worst_case(jobs: &[String]) -> usize {
     // `{"members":["<id>"],"jobs":{` ... `}}`
     let framing = r#"{"members":[""],"jobs":{}}"#.len() + MAX_MEMBER_ID_LEN;
     // `"<job>":"<id>",` per job; the last has no comma.
@@ -268,9 +250,10 @@ impl LeaderPoolBuilder {
     /// # Errors
     /// [`Error::InvalidPath`] for an unusable root or a job name that is not a single path
     /// segment, [`Error::InvalidArgument`] for an empty id, an id longer than
-    /// [`MAX_MEMBER_ID_LEN`], no jobs or a job given twice, [`Error::AssignmentTooLarge`] when
-    /// the jobs' assignment could outgrow its share of the server's request limit
-    /// ([`assignment_worst_case`] over [`assignment_budget`] of the session's
+    /// [`LeaderPool::MAX_MEMBER_ID_LEN`], no jobs or a job given twice,
+    /// [`Error::AssignmentTooLarge`] when the jobs' assignment could outgrow its share of the
+    /// server's request limit ([`LeaderPool::assignment_worst_case`] over
+    /// [`LeaderPool::assignment_budget`] of the session's
     /// [`jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)), [`Error::Closed`] when the
     /// session is closed, [`Error::NoRuntime`].
     ///
@@ -389,7 +372,7 @@ impl Shared {
 /// assigns every job to one member so that nobody leads more than `ceil(jobs / members)`, and
 /// each member stands (with a normal [`LeaderLatch`]) only for its jobs. Each job's term is a
 /// normal [`Leadership`] with its own token, deadline and cancellation. See the
-/// [module docs](self) for the protocol, the balancing rule and the faults.
+/// [spec](crate::specs::leader_pool) for the protocol, the balancing rule and the faults.
 ///
 /// # Examples
 /// ```no_run
@@ -445,6 +428,37 @@ impl Drop for LeaderPool {
 }
 
 impl LeaderPool {
+    /// The longest id a pool member may have, in bytes as the assignment's JSON spells it (a `"` or
+    /// a `\` takes two bytes there; other characters take their UTF-8 length).
+    ///
+    /// The assignment names an owner for every job, so this bounds its size (see
+    /// [`LeaderPool::assignment_worst_case`]). 128 holds the default id (`<host name>-<pid>-<8 hex digits>`:
+    /// at most 64 + 1 + 7 + 1 + 8 = 81 bytes on Linux) and a Kubernetes pod's host name (at most
+    /// 63); a latch alone accepts ids up to [`path::MAX_ID_LEN`].
+    pub const MAX_MEMBER_ID_LEN: usize = MAX_MEMBER_ID_LEN;
+
+    /// The most the assignment of a pool may take at worst, in bytes of JSON: half of the servers'
+    /// `jute.maxbuffer` (`jute_max_buffer`, 1 MiB - 1 by default, so 524,287 bytes).
+    ///
+    /// The coordinator writes the whole assignment in one request, and a server closes the
+    /// connection of a client whose request exceeds `jute.maxbuffer`. Half of it goes to the jobs
+    /// (checked by [`LeaderPoolBuilder::start`] with [`LeaderPool::assignment_worst_case`]); the other half
+    /// holds the members list (each member adds its id and 3 bytes: about 4,000 more members of the
+    /// longest id) and the fenced multi around the data (paths and headers, about 100 bytes).
+    pub fn assignment_budget(jute_max_buffer: usize) -> usize {
+        assignment_budget(jute_max_buffer)
+    }
+
+    /// The size in bytes of the largest assignment `jobs` can have with one member: every job owned
+    /// by a member whose id takes [`LeaderPool::MAX_MEMBER_ID_LEN`] bytes, i.e.
+    /// `26 + L + Σ (json(job) + L + 4) - 1` where `L` is [`LeaderPool::MAX_MEMBER_ID_LEN`] and `json(job)`
+    /// the job's name as a JSON string, quotes included (its length + 2 for a plain name). With
+    /// plain names of `n` bytes that is `153 + J × (n + 134)`: at the default limit
+    /// ([`LeaderPool::assignment_budget`] of 1 MiB - 1), 3,691 jobs of 8 bytes, 3,157 of 32, 2,647 of 64.
+    pub fn assignment_worst_case(jobs: &[String]) -> usize {
+        assignment_worst_case(jobs)
+    }
+
     /// A builder for a pool under `root` (absolute, e.g. `/pools/statements`).
     pub fn builder(session: &Session, root: impl Into<String>) -> LeaderPoolBuilder {
         LeaderPoolBuilder {

@@ -1,4 +1,4 @@
-#![doc = include_str!("../../recipes/leader-selector.md")]
+//! [`LeaderSelector`]: the protocol is in [`crate::specs::leader_selector`].
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,12 +20,7 @@ use crate::path::{self, MUTEX_LOCK_NAME};
 use crate::session::Session;
 use crate::state::ErrorPolicy;
 
-/// The error a leadership closure may return; it is logged, and the term relinquished.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// How long a closure may run on after its term ended before its task is aborted, by default
-/// (lowered on a session whose timeout leaves less room: [`Session::default_grace`]).
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+use crate::error::BoxError;
 
 /// The work a [`LeaderSelector`] runs while leader.
 ///

@@ -1,5 +1,5 @@
 //! Locks: [`InterProcessMutex`], on the same contender core as the leader recipes.
 
-pub mod mutex;
+mod mutex;
 
 pub use mutex::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};

@@ -1,4 +1,4 @@
-#![doc = include_str!("../../recipes/mutex.md")]
+//! [`InterProcessMutex`]: the protocol is in [`crate::specs::mutex`].
 
 use std::time::Duration;
 

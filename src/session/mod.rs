@@ -1,46 +1,4 @@
-//! The managed session: one ZooKeeper session at a time, Curator's connection states, a deadline
-//! up to which the session is provably alive, and a new session by itself after expiry.
-//!
-//! A [`Session`] is what Curator calls the framework (`CuratorFramework` plus its
-//! `ConnectionStateManager`). Recipes share one; it is cheap to clone. It owns a
-//! [`zookeeper_client::Client`] and adds what the raw client does not give:
-//!
-//! - **Connection states** ([`ConnectionState`]): `Connected`, `Suspended`, `Reconnected`,
-//!   `Lost`, `ReadOnly` (and `Closed` after [`Session::close`]), published through a [`tokio::sync::watch`] ([`Session::watch_status`])
-//!   and a [`Stream`](futures::Stream) ([`Session::state_changes`]), each change logged with `tracing`.
-//! - **A lease.** The client only declares a session expired once the server says so (or, by
-//!   itself, after about 7/5 of the timeout). The quorum leader may expire the session as soon as
-//!   it has not heard of us for the negotiated timeout, and a follower cut off from it keeps
-//!   answering us meanwhile. So the session sends a `sync` every eighth of the timeout (a
-//!   follower cannot answer one without its leader) and advances its lease to the *send time* of
-//!   a heartbeat only once a later `sync` proves that the heartbeat's touch reached the leader
-//!   (see "The deadline" in the latch's spec, and [`SessionBuilder::server_tick_time`]). The
-//!   session can prove itself alive until that instant plus the timeout (minus a small margin):
-//!   [`Session::safe_until`], on boot time, which counts a host's suspend
-//!   ([`crate::clock`]). The timeout is the lowest any connection of the session negotiated: a
-//!   relay on loopback reads each reconnect's negotiation, which zookeeper-client does not
-//!   report. When the deadline passes without a newer proof, every term won on the session ends
-//!   and the session reports `Suspended`; it keeps its ZooKeeper session (the servers may well
-//!   have kept it), keeps proving itself, and reports `Reconnected` once a proof comes: a
-//!   contender whose node survived then leads again on it, with the same token.
-//! - **Lost when the session is gone**: the servers said it expired, or the client gave up on it
-//!   after about 7/5 of the timeout without a connection.
-//! - **A new session after loss**, reported as `Reconnected` with [`SessionStatus::new_session`]
-//!   set and a higher [`SessionStatus::epoch`], so recipes know to re-create their nodes. A holder
-//!   of the session never rebuilds it. Attempts to start one follow each other at most a second
-//!   apart, however long the outage, so the session is back soon after the servers are.
-//! - **Protected creates** shared by all recipes (Curator's `withProtection()`), which never leave
-//!   an orphan node behind (CURATOR-18, CURATOR-498).
-//!
-//! # Curator
-//! | Curator                                     | here                                  |
-//! |---------------------------------------------|---------------------------------------|
-//! | `CuratorFrameworkFactory.builder()`          | [`Session::builder`]                   |
-//! | `start()` + `blockUntilConnected()`          | [`SessionBuilder::connect`]            |
-//! | `getConnectionStateListenable()`             | [`Session::state_changes`], [`Session::watch_status`] |
-//! | `ConnectionState`                           | [`ConnectionState`]                    |
-//! | simulated session expiration                 | terms end at [`Session::safe_until`] (`Suspended`); `Lost` when the session expired |
-//! | `close()`                                   | [`Session::close`]                     |
+//! The managed session ([`Session`] has what it adds to the raw client): builder, lease, protected create, status feed.
 
 mod lease;
 mod relay;
@@ -66,12 +24,12 @@ use crate::error::{Error, Result};
 use crate::path::{self, ConnectString};
 use crate::state::{ClientSignal, ConnectionState, next_state};
 
-/// Curator's default session timeout (the server clamps it to its own limits).
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
-/// Curator's default connection timeout.
-pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
-/// ZooKeeper's default `jute.maxbuffer`: the largest request packet, in bytes, a server accepts.
-pub const DEFAULT_JUTE_MAX_BUFFER: usize = 0xfffff;
+/// [`Session::DEFAULT_SESSION_TIMEOUT`].
+pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+/// [`Session::DEFAULT_CONNECTION_TIMEOUT`].
+pub(crate) const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
+/// [`Session::DEFAULT_JUTE_MAX_BUFFER`].
+pub(crate) const DEFAULT_JUTE_MAX_BUFFER: usize = 0xfffff;
 
 /// At most this many heartbeats wait for an answer at once (they queue while disconnected).
 const MAX_HEARTBEATS_IN_FLIGHT: usize = 2;
@@ -171,7 +129,7 @@ impl SessionBuilder {
     }
 
     /// The largest request the servers accept, in bytes: their `jute.maxbuffer` (default
-    /// [`DEFAULT_JUTE_MAX_BUFFER`], 1 MiB - 1). A server closes the *connection* of a client that
+    /// [`Session::DEFAULT_JUTE_MAX_BUFFER`], 1 MiB - 1). A server closes the *connection* of a client that
     /// sends a bigger packet, which suspends the session and, under the Standard policy, ends
     /// every term on it; so a fenced write ([`Leadership::fenced`](crate::Leadership::fenced))
     /// bigger than this is refused before it is sent ([`Error::RequestTooLarge`]). Set it to the
@@ -375,10 +333,52 @@ impl SessionStatus {
     }
 }
 
+/// The managed session: one ZooKeeper session at a time, Curator's connection states, a deadline
+/// up to which the session is provably alive, and a new session by itself after expiry.
+///
+/// A [`Session`] is what Curator calls the framework (`CuratorFramework` plus its
+/// `ConnectionStateManager`). Recipes share one; it is cheap to clone. It owns a
+/// [`zookeeper_client::Client`] and adds what the raw client does not give:
+///
+/// - **Connection states** ([`ConnectionState`]): `Connected`, `Suspended`, `Reconnected`,
+///   `Lost`, `ReadOnly` (and `Closed` after [`Session::close`]), published through a [`tokio::sync::watch`] ([`Session::watch_status`])
+///   and a [`Stream`](futures::Stream) ([`Session::state_changes`]), each change logged with `tracing`.
+/// - **A lease.** The client only declares a session expired once the server says so (or, by
+///   itself, after about 7/5 of the timeout). The quorum leader may expire the session as soon as
+///   it has not heard of us for the negotiated timeout, and a follower cut off from it keeps
+///   answering us meanwhile. So the session sends a `sync` every eighth of the timeout (a
+///   follower cannot answer one without its leader) and advances its lease to the *send time* of
+///   a heartbeat only once a later `sync` proves that the heartbeat's touch reached the leader
+///   (see "The deadline" in the latch's spec, and [`SessionBuilder::server_tick_time`]). The
+///   session can prove itself alive until that instant plus the timeout (minus a small margin):
+///   [`Session::safe_until`], on boot time, which counts a host's suspend
+///   ([`crate::Clock`]). The timeout is the lowest any connection of the session negotiated: a
+///   relay on loopback reads each reconnect's negotiation, which zookeeper-client does not
+///   report. When the deadline passes without a newer proof, every term won on the session ends
+///   and the session reports `Suspended`; it keeps its ZooKeeper session (the servers may well
+///   have kept it), keeps proving itself, and reports `Reconnected` once a proof comes: a
+///   contender whose node survived then leads again on it, with the same token.
+/// - **Lost when the session is gone**: the servers said it expired, or the client gave up on it
+///   after about 7/5 of the timeout without a connection.
+/// - **A new session after loss**, reported as `Reconnected` with [`SessionStatus::new_session`]
+///   set and a higher [`SessionStatus::epoch`], so recipes know to re-create their nodes. A holder
+///   of the session never rebuilds it. Attempts to start one follow each other at most a second
+///   apart, however long the outage, so the session is back soon after the servers are.
+/// - **Protected creates** shared by all recipes (Curator's `withProtection()`), which never leave
+///   an orphan node behind (CURATOR-18, CURATOR-498).
+///
+/// # Curator
+/// | Curator                                     | here                                  |
+/// |---------------------------------------------|---------------------------------------|
+/// | `CuratorFrameworkFactory.builder()`          | [`Session::builder`]                   |
+/// | `start()` + `blockUntilConnected()`          | [`SessionBuilder::connect`]            |
+/// | `getConnectionStateListenable()`             | [`Session::state_changes`], [`Session::watch_status`] |
+/// | `ConnectionState`                           | [`ConnectionState`]                    |
+/// | simulated session expiration                 | terms end at [`Session::safe_until`] (`Suspended`); `Lost` when the session expired |
+/// | `close()`                                   | [`Session::close`]                     |
+///
 /// A managed ZooKeeper session shared by recipes. Cheap to clone; the session closes when the
 /// last clone is dropped (or at [`close`](Self::close)).
-///
-/// See the [module docs](self) for what it adds to the raw client.
 #[derive(Clone)]
 pub struct Session {
     shared: Arc<Shared>,
@@ -457,6 +457,16 @@ impl Live {
 }
 
 impl Session {
+    /// Curator's default session timeout (the server clamps it to its own limits), the
+    /// default of [`SessionBuilder::session_timeout`].
+    pub const DEFAULT_SESSION_TIMEOUT: Duration = DEFAULT_SESSION_TIMEOUT;
+    /// Curator's default connection timeout, the default of
+    /// [`SessionBuilder::connection_timeout`].
+    pub const DEFAULT_CONNECTION_TIMEOUT: Duration = DEFAULT_CONNECTION_TIMEOUT;
+    /// ZooKeeper's default `jute.maxbuffer`: the largest request packet, in bytes, a server
+    /// accepts (the default of [`SessionBuilder::jute_max_buffer`]).
+    pub const DEFAULT_JUTE_MAX_BUFFER: usize = DEFAULT_JUTE_MAX_BUFFER;
+
     /// A builder for a session to the servers in `connect` (`host:port[,host:port...][/chroot]`).
     ///
     /// Nothing is validated or connected until [`SessionBuilder::start`] or
@@ -572,7 +582,7 @@ impl Session {
 
     /// The instant up to which this process can prove its session, and so its ephemeral nodes,
     /// alive on the server: the send time of the last heartbeat proven to have reached the
-    /// quorum leader, plus the timeout, minus a small margin. Boot time ([`crate::clock`]),
+    /// quorum leader, plus the timeout, minus a small margin. Boot time ([`crate::Clock`]),
     /// which counts a host's suspend. Now or earlier while no session exists, after `Lost`,
     /// and while the lease has lapsed.
     ///

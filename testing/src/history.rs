@@ -33,7 +33,7 @@
 //! ```
 //! use std::time::Duration;
 //! use zookeeper_recipes::FencingToken;
-//! use zookeeper_recipes::clock::BootTime;
+//! use zookeeper_recipes::BootTime;
 //! use zookeeper_recipes_testing::history::{History, Term, Violation};
 //!
 //! let t = |ms: u64| BootTime::from_nanos(ms * 1_000_000);
@@ -58,8 +58,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use zookeeper_recipes::BootTime;
 use zookeeper_recipes::FencingToken;
-use zookeeper_recipes::clock::BootTime;
 
 /// One leadership term (or lock hold), as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -260,7 +260,7 @@ use tokio::signal::unix::{Signal as UnixSignal, SignalKind, signal};
 use tokio::sync::broadcast;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use zookeeper_recipes::clock::BootTime;
+use zookeeper_recipes::BootTime;
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SlotRun,
 };

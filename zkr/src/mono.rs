@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use nix::time::{ClockId, clock_gettime};
-use zookeeper_recipes::clock::BootTime;
+use zookeeper_recipes::BootTime;
 
 /// A reading of `CLOCK_MONOTONIC` (suspend excluded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -8,7 +8,7 @@
 //! - **Stopped when the term ends, for any reason**: the term's [`Leadership::cancelled`] future
 //!   fires (connection suspended, session lost, node deleted, recipe closed), *or* its deadline
 //!   [`Leadership::valid_until`] passes. The deadline is on boot time, which counts a host's
-//!   suspend (`zookeeper_recipes::clock`), and is checked every time the supervisor runs, so a process
+//!   suspend (`zookeeper_recipes::BootTime`), and is checked every time the supervisor runs, so a process
 //!   that was frozen past its session (`SIGSTOP`, a stalled host) or whose host was suspended
 //!   stops its command the moment it runs again, before any network round trip. Stopping means
 //!   `SIGTERM` (and `SIGCONT`, so a stopped process can act on it) to the whole group at once,
