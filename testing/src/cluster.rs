@@ -11,7 +11,9 @@ use nix::sys::signal::Signal;
 
 use super::config::{ServerMode, SessionLimits, Settings};
 use super::proxy::FaultProxy;
-use super::server_process::{self as process, FLW_TIMEOUT, NodeFiles, ServerNode, lock};
+use super::server_process::{
+    self as process, FLW_TIMEOUT, NodeFiles, ReservedPort, ServerNode, lock,
+};
 use super::{Backend, HarnessError, Installation, Result};
 
 /// How long an ensemble may take to elect a leader after its JVMs start.
@@ -223,7 +225,7 @@ impl TestingClusterBuilder {
             ))?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
-            let (nodes, links) = self.prepare(&install, dir.path(), &session_limits).await?;
+            let (nodes, links, ports) = self.prepare(&install, dir.path(), &session_limits).await?;
             for node in &nodes {
                 node.spawn()?;
             }
@@ -245,6 +247,7 @@ impl TestingClusterBuilder {
                         servers: Servers::Process {
                             nodes,
                             links,
+                            _ports: ports,
                             _dir: dir,
                         },
                         connect_string: addresses.join(","),
@@ -307,6 +310,14 @@ impl TestingClusterBuilder {
     /// Fresh ports, the proxies of every directed link, fresh data dirs with `myid`, and a
     /// `zoo.cfg` per server (with that server's `session_limits`).
     ///
+    /// The servers' ports are held ([`ReservedPort`]) before the proxies bind theirs, and for as
+    /// long as the cluster lives: a server's quorum port is listened on only while it leads,
+    /// and a port left free meanwhile could be handed to anyone who asks the kernel for one (a
+    /// proxy listener of this very cluster included). A server elected while another socket
+    /// listens on its quorum port cannot lead ("Couldn't bind", back to an election it wins
+    /// again), and its followers, connecting through their link proxies to whatever listens
+    /// there, are closed at once: no quorum for as long as that socket lives.
+    ///
     /// Server i's `zoo.cfg` names its own quorum and election ports on its own `server.i`
     /// line (it binds them), and on the line of every other server j the listen addresses of
     /// the proxy of link i -> j, which forwards to j's real ports. ZooKeeper reads only its
@@ -316,10 +327,10 @@ impl TestingClusterBuilder {
         install: &Installation,
         root: &Path,
         session_limits: &[SessionLimits],
-    ) -> Result<(Vec<ServerNode>, Vec<PeerLink>)> {
+    ) -> Result<(Vec<ServerNode>, Vec<PeerLink>, Vec<ReservedPort>)> {
         let n = self.servers;
-        let ports = process::free_ports(3 * n)?;
-        let port = |k: usize| ports.get(k).copied().unwrap_or_default();
+        let ports = process::reserve_ports(3 * n)?;
+        let port = |k: usize| ports.get(k).map(ReservedPort::port).unwrap_or_default();
         let quorum = |i: usize| format!("127.0.0.1:{}", port(3 * i + 1));
         let election = |i: usize| format!("127.0.0.1:{}", port(3 * i + 2));
         // A follower retries a refused connect to its new leader for up to initLimit ticks; a
@@ -422,7 +433,7 @@ impl TestingClusterBuilder {
                 },
             ));
         }
-        Ok((nodes, links))
+        Ok((nodes, links, ports))
     }
 }
 
@@ -571,6 +582,8 @@ enum Servers {
     Process {
         nodes: Vec<ServerNode>,
         links: Vec<PeerLink>,
+        /// Every server's client, quorum and election ports, held while the cluster lives.
+        _ports: Vec<ReservedPort>,
         _dir: tempfile::TempDir,
     },
     #[cfg(feature = "docker")]
@@ -1140,4 +1153,54 @@ fn node(nodes: &[ServerNode], index: usize) -> Result<&ServerNode> {
         index,
         len: nodes.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server's quorum port is held while it does not lead, so that it can lead once elected.
+    /// It used to be free then: any bind to port 0 (a link proxy of the cluster itself, about
+    /// one cluster in 200) could get it, and once that server was elected the two survivors of
+    /// a failed leader formed no quorum for as long as that socket lived ("Couldn't bind" in
+    /// the new leader's log; its follower's connections closed within 2 ms, an
+    /// `EOFException`, every 400 ms).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_followers_quorum_port_is_held_until_it_leads() {
+        if !crate::require_zookeeper().expect("ZooKeeper is required under CI=true")
+            || crate::backend().ok() != Some(Backend::Process)
+        {
+            return;
+        }
+        let cluster = TestingCluster::start(3).await.expect("ensemble");
+        let leader = cluster
+            .wait_for_leader(Duration::from_secs(30))
+            .await
+            .expect("a leader");
+        let Servers::Process { nodes, .. } = &cluster.servers else {
+            unreachable!("process backend")
+        };
+        for i in (0..3).filter(|i| *i != leader) {
+            let config = std::fs::read_to_string(nodes[i].config_path()).expect("zoo.cfg");
+            let line = format!("server.{}=", i + 1);
+            let quorum: u16 = config
+                .lines()
+                .find_map(|l| l.strip_prefix(line.as_str()))
+                .and_then(|a| a.split(':').nth(1))
+                .and_then(|p| p.parse().ok())
+                .expect("the server's own quorum port");
+            let other = tokio::net::TcpSocket::new_v4().expect("socket");
+            let taken = other.bind((std::net::Ipv4Addr::LOCALHOST, quorum).into());
+            assert!(
+                taken.is_err(),
+                "server {i}'s quorum port {quorum} was free while it followed"
+            );
+        }
+        cluster.kill_server(leader).await.expect("kill the leader");
+        let next = cluster
+            .wait_for_leader(Duration::from_secs(30))
+            .await
+            .expect("a follower leads on its held quorum port");
+        assert_ne!(next, leader);
+    }
 }

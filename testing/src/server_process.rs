@@ -44,10 +44,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Every port [`free_ports`] and [`reserve_ports`] handed out in this process.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
 /// Free loopback ports, all distinct, and distinct from every port this process handed out
 /// before (a bound-then-released port can be handed out again by the kernel).
+///
+/// Nothing holds them once this returns: a server that binds one later may find it taken by
+/// anything that asked the kernel for a port meanwhile. For ports a server binds only now and
+/// then (a quorum port), use [`reserve_ports`].
 pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
-    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
     let mut handed_out = lock(&HANDED_OUT);
     let handed_out = handed_out.get_or_insert_with(HashSet::new);
     let mut listeners = Vec::with_capacity(n);
@@ -71,10 +77,75 @@ pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
     if ports.len() < n {
         return Err(HarnessError::Io {
             context: "finding free loopback ports".to_owned(),
-            source: std::io::Error::other("the kernel kept handing out used ports"),
+            source: used_ports(),
         });
     }
     Ok(ports)
+}
+
+fn used_ports() -> std::io::Error {
+    std::io::Error::other("the kernel kept handing out used ports")
+}
+
+/// A loopback port held for a server for as long as this lives: a socket bound to it with
+/// `SO_REUSEADDR`, never listening.
+///
+/// ZooKeeper binds each of its ports with `SO_REUSEADDR` too, and Linux lets it bind and listen
+/// next to a bound socket that does not listen; but the kernel hands the port to nobody else
+/// meanwhile: not to a `bind` to port 0 (a [`super::FaultProxy`] listener, [`free_ports`],
+/// another process's), and not as the source port of an outgoing connection. That matters for
+/// a server's quorum port, which only the quorum leader listens on: a server that follows
+/// leaves it unbound for as long as it follows, and whoever got it meanwhile would answer for
+/// that server once it is elected (see [`super::TestingCluster`]). It also keeps every port of
+/// a server that restarts.
+#[derive(Debug)]
+pub(crate) struct ReservedPort {
+    port: u16,
+    _socket: tokio::net::TcpSocket,
+}
+
+impl ReservedPort {
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// `n` loopback ports, held ([`ReservedPort`]) and distinct from every port this process
+/// handed out before.
+pub(crate) fn reserve_ports(n: usize) -> Result<Vec<ReservedPort>> {
+    let mut handed_out = lock(&HANDED_OUT);
+    let handed_out = handed_out.get_or_insert_with(HashSet::new);
+    let mut reserved = Vec::with_capacity(n);
+    // Ports handed out before stay bound until all are chosen, so the kernel moves past them.
+    let mut passed = Vec::new();
+    for _ in 0..n.saturating_mul(4).max(8) {
+        if reserved.len() == n {
+            break;
+        }
+        let socket = tokio::net::TcpSocket::new_v4()
+            .and_then(|s| s.set_reuseaddr(true).map(|()| s))
+            .and_then(|s| s.bind((Ipv4Addr::LOCALHOST, 0).into()).map(|()| s))
+            .map_err(HarnessError::io("reserving a loopback port"))?;
+        let port = socket
+            .local_addr()
+            .map_err(HarnessError::io("reading a reserved port"))?
+            .port();
+        if handed_out.insert(port) {
+            reserved.push(ReservedPort {
+                port,
+                _socket: socket,
+            });
+        } else {
+            passed.push(socket);
+        }
+    }
+    if reserved.len() < n {
+        return Err(HarnessError::Io {
+            context: "reserving loopback ports".to_owned(),
+            source: used_ports(),
+        });
+    }
+    Ok(reserved)
 }
 
 /// Sends a four-letter word to `address` and reads the answer to EOF, bounded by `timeout`.
@@ -501,6 +572,12 @@ impl ServerNode {
         Ok(())
     }
 
+    /// This server's `zoo.cfg`.
+    #[cfg(test)]
+    pub(crate) fn config_path(&self) -> &Path {
+        &self.config
+    }
+
     /// Rewrites this server's `zoo.cfg` through `edit`, for its next start (the JVM reads the
     /// file only when it starts). The new text goes to a file beside it that is then renamed
     /// over it, so a JVM starting meanwhile reads the old file or the new one, never half.
@@ -723,6 +800,59 @@ mod tests {
         let b = free_ports(6).expect("ports");
         let all: HashSet<u16> = a.iter().chain(&b).copied().collect();
         assert_eq!(all.len(), 12);
+    }
+
+    /// What a cluster relies on: a reserved port is handed to nobody who asks the kernel for a
+    /// port (bind to port 0, the source port of a connect), refused to a plain bind, and yet a
+    /// server that binds it as ZooKeeper does (`SO_REUSEADDR`) listens on it, again and again.
+    #[test]
+    fn a_reserved_port_is_held_from_others_but_not_from_its_server() {
+        let reserved = reserve_ports(64).expect("reserved ports");
+        let held: HashSet<u16> = reserved.iter().map(ReservedPort::port).collect();
+        assert_eq!(held.len(), 64);
+        assert!(
+            free_ports(6)
+                .expect("ports")
+                .iter()
+                .all(|p| !held.contains(p))
+        );
+        // About 14,000 candidates for a bind to port 0: with 64 of them free, 2000 binds would
+        // hit one about nine times over.
+        for _ in 0..2000 {
+            let any = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind port 0");
+            let port = any.local_addr().expect("address").port();
+            assert!(
+                !held.contains(&port),
+                "bind(0) was handed reserved port {port}"
+            );
+        }
+        let sink = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listener");
+        for _ in 0..200 {
+            let out =
+                std::net::TcpStream::connect(sink.local_addr().expect("address")).expect("connect");
+            let port = out.local_addr().expect("address").port();
+            assert!(!held.contains(&port), "a connect got reserved port {port}");
+            // Accepted, so that the backlog never fills.
+            let _ = sink.accept().expect("accept");
+        }
+
+        let port = reserved[0].port();
+        let plain = tokio::net::TcpSocket::new_v4().expect("socket");
+        let err = plain
+            .bind((Ipv4Addr::LOCALHOST, port).into())
+            .expect_err("a plain bind of a reserved port");
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(
+            std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err(),
+            "nothing listens on a reserved port by itself"
+        );
+        for _ in 0..2 {
+            // std's listener sets SO_REUSEADDR, as ZooKeeper does for each of its ports.
+            let server = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("the server binds");
+            let _client =
+                std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect("connect");
+            server.accept().expect("the server accepts");
+        }
     }
 
     #[tokio::test]
