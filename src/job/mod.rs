@@ -37,6 +37,8 @@
 #![doc = include_str!("../../recipes/scheduled-job.md")]
 
 mod ensemble;
+mod plan;
+mod policy;
 mod record;
 mod schedule;
 
@@ -49,6 +51,7 @@ use tokio::sync::{broadcast, watch};
 use tracing::{Instrument, debug, error, info, info_span, warn};
 use zookeeper_client::CreateMode;
 
+pub use policy::{CatchUp, OnCrash, Overlap, Resolution};
 pub use record::{SlotRange, SlotRecord, SlotState};
 pub use schedule::{Schedule, SkewedClock, SystemClock, WallClock};
 
@@ -62,7 +65,12 @@ use crate::path;
 use crate::session::Session;
 use crate::state::ErrorPolicy;
 use ensemble::EnsembleClock;
-use record::{Control, JobState, UNPLACED, trigger_key};
+use plan::{
+    Crash, NotRun, NotRunReason, OverlapPlan, PendingReason, Records, Recovery, RunEnd,
+    SettleReason, Step, Work,
+};
+use policy::Policies;
+use record::{Control, JobState, UNPLACED};
 
 /// The most slot records a job may keep ([`ScheduledJobBuilder::history_limit`]).
 pub const MAX_HISTORY: usize = 10_000;
@@ -94,62 +102,6 @@ const SKEW_HOLD_FIRST: Duration = Duration::from_secs(5);
 
 /// The longest a skewed replica stays out of the election before it measures its clock again.
 const SKEW_HOLD_MAX: Duration = Duration::from_secs(300);
-
-/// How many due slots one pass takes up with catch-up `all` (the rest in the next passes).
-const CATCH_UP_BATCH: u64 = 100;
-
-/// What a new leader does with slots that came due while no replica ran the job (an outage, a
-/// long failover, a stalled leader).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum CatchUp {
-    /// Run the newest missed slot if it is inside the catch-up window (default: one period, at
-    /// most 24 h); record the older ones as one missed range.
-    #[default]
-    Latest,
-    /// Run every missed slot, oldest first.
-    All,
-    /// Run none; record them as one missed range.
-    None,
-}
-
-/// What happens to a slot that comes due while the previous one still runs. Two slots never
-/// run at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Overlap {
-    /// Record it skipped (`overlap`).
-    #[default]
-    Skip,
-    /// Keep the first such slot (recorded `pending`) and run it when the current one ends;
-    /// skip any further one.
-    BufferOne,
-}
-
-/// What a new leader does with a slot that an earlier term started and never finished (its
-/// runner crashed, froze past its session, lost its connection).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum OnCrash {
-    /// Run it again with the new term's token and `attempt + 1` ([`SlotRun::is_recovering`]),
-    /// up to the max-attempts bound; then record it failed (`max_attempts`).
-    #[default]
-    Retry,
-    /// Record it failed (`cut_off`): at most once.
-    Fail,
-    /// Record it parked (`cut_off`) until an operator resolves it ([`JobAdmin::resolve`]).
-    Park,
-}
-
-/// How an operator resolves a parked slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Resolution {
-    /// The work was done (checked by hand): record it succeeded (`resolved`).
-    Done,
-    /// Run it again: the leader takes it up with `attempt + 1`.
-    Rerun,
-}
 
 /// Something that happened to a slot, as [`ScheduledJob::events`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,18 +299,6 @@ pub struct ScheduledJobBuilder {
     acl: NodeAcl,
     clock: Arc<dyn WallClock>,
     clock_tolerance: Duration,
-}
-
-#[derive(Debug, Clone)]
-struct Policies {
-    catch_up: CatchUp,
-    window: Option<Duration>,
-    overlap: Overlap,
-    on_crash: OnCrash,
-    max_attempts: u32,
-    history_limit: usize,
-    history_max_age: Duration,
-    replay_on_change: bool,
 }
 
 impl std::fmt::Debug for ScheduledJobBuilder {
@@ -830,16 +770,7 @@ impl ScheduledJob {
             path: path.into(),
             id: None,
             schedule: None,
-            policies: Policies {
-                catch_up: CatchUp::default(),
-                window: None,
-                overlap: Overlap::default(),
-                on_crash: OnCrash::default(),
-                max_attempts: 3,
-                history_limit: 100,
-                history_max_age: Duration::from_secs(30 * 24 * 3600),
-                replay_on_change: false,
-            },
+            policies: Policies::default(),
             grace: None,
             stop_ahead: None,
             error_policy: ErrorPolicy::default(),
@@ -1162,12 +1093,12 @@ impl JobAdmin {
         match resolution {
             Resolution::Done => {
                 record.state = SlotState::Succeeded;
-                record.reason = Some("resolved".into());
+                record.reason = Some(SettleReason::Resolved.as_str().to_owned());
                 record.ended_ms = Some(schedule::now_ms());
             }
             Resolution::Rerun => {
                 record.state = SlotState::Pending;
-                record.reason = Some("rerun".into());
+                record.reason = Some(PendingReason::Rerun.as_str().to_owned());
             }
         }
         // Compare-and-set: a leader that changed the record meanwhile wins.
@@ -1235,10 +1166,7 @@ async fn read_control(
 
 /// Every slot record with its version, by key. Records that are not this crate's are skipped
 /// with a warning.
-async fn read_records(
-    client: &zookeeper_client::Client,
-    job: &str,
-) -> Result<BTreeMap<String, (SlotRecord, i32)>> {
+async fn read_records(client: &zookeeper_client::Client, job: &str) -> Result<Records> {
     let slots = path::join(job, "slots");
     let children = match client.list_children(&slots).await {
         Ok(c) => c,
@@ -1272,24 +1200,6 @@ async fn read_records(
 // ---------------------------------------------------------------------------------------------
 // The leader's loop
 
-/// A slot waiting to be run in this term.
-#[derive(Debug, Clone)]
-struct Work {
-    key: String,
-    nominal_ms: i64,
-    attempt: u32,
-    recovering: bool,
-    trigger: Option<u64>,
-}
-
-/// How a run ended.
-enum RunEnd {
-    /// The job returned.
-    Returned(std::result::Result<(), String>),
-    /// The term ended first and the job was aborted after the grace period (or panicked).
-    CutOff,
-}
-
 /// Why a term's loop stops.
 enum Stop {
     /// The term is over (or the selector is closing): return and let the selector requeue.
@@ -1322,7 +1232,7 @@ struct TermRun<'a> {
     /// The watch on the control node: one task, replaced at each reload and aborted with the
     /// term, so that watch tasks do not pile up across reloads and terms.
     control_watch: Option<AbortOnDrop<()>>,
-    records: BTreeMap<String, (SlotRecord, i32)>,
+    records: Records,
     queue: VecDeque<Work>,
     buffered: bool,
     /// The ensemble's clock, learned from this term's writes: it decides what is due.
@@ -1564,34 +1474,49 @@ impl<'a> TermRun<'a> {
             self.sample_clock().await?;
         }
         self.check_clock()?;
-        if self.control.paused {
-            if let Some(work) = self.take_up_queued_while_paused().await? {
-                return self.run_slot(job, work).await;
+        loop {
+            let now = self.now();
+            let step = plan::step(
+                &self.inner.schedule,
+                &self.state,
+                &self.control,
+                &self.queue,
+                &self.records,
+                now,
+            );
+            match step {
+                Step::RunQueued(i) => {
+                    if let Some(work) = self.queue.remove(i) {
+                        return self.run_slot(job, work).await;
+                    }
+                    return Ok(());
+                }
+                Step::RecordQueuedPaused { up_to } => {
+                    // Paused: queued slots nobody has recorded yet (due slots taken up before
+                    // the pause) are recorded `paused`, as slots that come due while paused
+                    // are; owed ones (a retry, a buffered slot, a re-run) stay queued until the
+                    // job resumes. Then the pass goes on.
+                    let records = &self.records;
+                    self.queue.retain(|w| !plan::fresh(w, records));
+                    let after = self.state.cursor_ms;
+                    self.record_not_run(NotRun {
+                        after,
+                        up_to,
+                        reason: NotRunReason::Paused,
+                    })
+                    .await?;
+                }
+                Step::QueueTrigger(work) => {
+                    self.queue.push_back(work);
+                    return Ok(());
+                }
+                Step::TakeUpDue { latest } => {
+                    self.take_up_due(latest, now, *late).await?;
+                    *late = false;
+                    return Ok(());
+                }
+                Step::Wait => break,
             }
-        } else if let Some(work) = self.queue.pop_front() {
-            return self.run_slot(job, work).await;
-        }
-        if self.control.triggers > self.state.triggers_done {
-            let n = self.state.triggers_done + 1;
-            self.queue.push_back(Work {
-                key: trigger_key(n),
-                nominal_ms: self.now(),
-                attempt: 1,
-                recovering: false,
-                trigger: Some(n),
-            });
-            return Ok(());
-        }
-        let now = self.now();
-        if let Some(latest) = self
-            .inner
-            .schedule
-            .latest_at_or_before(now)
-            .filter(|&l| l > self.state.cursor_ms)
-        {
-            self.take_up_due(latest, now, *late).await?;
-            *late = false;
-            return Ok(());
         }
         let wait = self.until_next_slot();
         let before = self.term.clock().now();
@@ -1686,45 +1611,36 @@ impl<'a> TermRun<'a> {
     /// plus the tolerance, records a schedule change and the tzdata that decides this
     /// schedule's slots.
     async fn align_state(&mut self) -> Result<()> {
-        let schedule = &self.inner.schedule;
-        let spec = schedule.spec();
-        let hash = schedule.spec_hash();
         let now = self.now();
-        let fresh_cursor = schedule.latest_at_or_before(now).unwrap_or(now);
-        let mut next = self.state.clone();
-        if next.cursor_ms == UNPLACED {
-            debug!(cursor = %Schedule::key(fresh_cursor), "a new job's cursor placed on the ensemble's clock");
-            next.cursor_ms = fresh_cursor;
-        } else if next.cursor_ms > now.saturating_add(self.tolerance_ms()) {
+        let alignment = plan::align(
+            &self.state,
+            &self.inner.schedule,
+            now,
+            self.tolerance_ms(),
+            self.inner.policies.replay_on_change,
+        );
+        let next = alignment.next;
+        if let Some(cursor) = alignment.placed {
+            debug!(cursor = %Schedule::key(cursor), "a new job's cursor placed on the ensemble's clock");
+        }
+        if let Some((from, to)) = alignment.rewound {
             warn!(
-                cursor = %Schedule::key(next.cursor_ms),
+                cursor = %Schedule::key(from),
                 ensemble_now = %Schedule::key(now),
-                to = %Schedule::key(fresh_cursor),
-                ahead_ms = next.cursor_ms - now,
+                to = %Schedule::key(to),
+                ahead_ms = from - now,
                 "the job's cursor is beyond the ensemble's time (left by a leader whose clock ran ahead, or by an operator): bringing it back so that the next slot runs on time"
             );
             self.emit(JobEvent::CursorRewound {
-                from: Schedule::key(next.cursor_ms),
-                to: Schedule::key(fresh_cursor),
+                from: Schedule::key(from),
+                to: Schedule::key(to),
             });
-            next.cursor_ms = fresh_cursor;
         }
-        if next.spec_hash != hash {
-            warn!(from = %next.spec, to = %spec, "the job's schedule changed");
-            self.emit(JobEvent::ScheduleChanged {
-                from: next.spec.clone(),
-                to: spec.clone(),
-            });
-            next.spec = spec;
-            next.spec_hash = hash;
-            if !self.inner.policies.replay_on_change {
-                next.cursor_ms = next.cursor_ms.max(fresh_cursor);
-            }
+        if let Some((from, to)) = alignment.schedule_changed {
+            warn!(from = %from, to = %to, "the job's schedule changed");
+            self.emit(JobEvent::ScheduleChanged { from, to });
         }
-        let tzdb = self.inner.schedule.tzdb_version();
-        if let (Some(recorded), Some(ours)) = (next.tzdb.as_deref(), tzdb)
-            && recorded != ours
-        {
+        if let Some((recorded, ours)) = alignment.tzdb_differs {
             warn!(
                 recorded,
                 ours,
@@ -1732,7 +1648,6 @@ impl<'a> TermRun<'a> {
                 "the last leader of this job computed its slots with another IANA tzdata release: where the two releases disagree about the zone, one local time has two slot keys and may run twice (or not at all); build every replica with the same chrono-tz"
             );
         }
-        next.tzdb = tzdb.map(str::to_owned);
         if next != self.state {
             self.write_state(next, Vec::new()).await?;
         }
@@ -1786,82 +1701,40 @@ impl<'a> TermRun<'a> {
         Ok(())
     }
 
-    /// Queues the slots recorded `pending` that are not queued yet.
+    /// Queues the slots recorded `pending` that are not queued yet ([`plan::pending`]).
     fn queue_pending(&mut self) {
-        let mut pending: Vec<(i64, String, u32, bool)> = self
-            .records
-            .iter()
-            .filter(|(_, (r, _))| r.state == SlotState::Pending)
-            .filter(|(k, _)| !self.queue.iter().any(|w| &w.key == *k))
-            .map(|(k, (r, _))| {
-                (
-                    r.nominal_ms,
-                    k.clone(),
-                    r.attempt + 1,
-                    r.reason.as_deref() == Some("rerun"),
-                )
-            })
-            .collect();
-        pending.sort();
-        for (nominal_ms, key, attempt, recovering) in pending {
-            // A trigger's re-run must not move the cursor (`Some(0)`: taken up already).
-            let trigger = key.starts_with("trigger-").then_some(0);
-            self.queue.push_back(Work {
-                key,
-                nominal_ms,
-                attempt,
-                recovering,
-                trigger,
-            });
-        }
+        let pending = plan::pending(&self.records, &self.queue);
+        self.queue.extend(pending);
     }
 
     /// Handles the slots an earlier term left open: `running` ones were cut off, `pending`
     /// ones wait to be run.
     async fn recover(&mut self) -> std::result::Result<(), Stop> {
         let ours = self.term.token().get();
-        if let Some((key, _)) = self
-            .records
-            .iter()
-            .find(|(_, (r, _))| r.state == SlotState::Running && r.token == Some(ours))
-        {
-            // Found after a reload: this term claimed the slot but lost the reply of the claim
-            // or of the run's end. Running it again here would restart it with the same token;
-            // the term is given up instead, and the next one (with a higher token) takes the
-            // slot up as cut off.
-            warn!(slot = %key, token = ours, "a slot of this term is recorded running but does not run here; leaving the term so that the next one takes it up with a higher token");
-            return Err(Stop::TermOver);
-        }
-        let mut cut_off: Vec<(i64, String, SlotRecord)> = self
-            .records
-            .iter()
-            // Not running anything now: every `running` record is of an earlier term, cut off.
-            .filter(|(_, (r, _))| r.state == SlotState::Running)
-            .map(|(k, (r, _))| (r.nominal_ms, k.clone(), r.clone()))
-            .collect();
-        cut_off.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        for (nominal_ms, key, record) in cut_off {
-            let policies = &self.inner.policies;
-            warn!(
-                slot = %key,
-                attempt = record.attempt,
-                runner = record.runner.as_deref().unwrap_or(""),
-                old_token = record.token.unwrap_or(0),
-                "found a slot cut off in an earlier term"
-            );
-            match policies.on_crash {
-                OnCrash::Retry if record.attempt < policies.max_attempts => {
-                    self.queue.push_back(Work {
-                        key,
-                        nominal_ms,
-                        attempt: record.attempt + 1,
-                        recovering: true,
-                        trigger: record.slot.starts_with("trigger-").then_some(0),
-                    });
-                }
-                OnCrash::Retry => self.settle(&key, SlotState::Failed, "max_attempts").await?,
-                OnCrash::Fail => self.settle(&key, SlotState::Failed, "cut_off").await?,
-                OnCrash::Park => self.settle(&key, SlotState::Parked, "cut_off").await?,
+        let cut_off = match plan::recovery(&self.records, ours, &self.inner.policies) {
+            Recovery::GiveUpTerm { slot } => {
+                // Found after a reload: this term claimed the slot but lost the reply of the
+                // claim or of the run's end. Running it again here would restart it with the
+                // same token; the term is given up instead, and the next one (with a higher
+                // token) takes the slot up as cut off.
+                warn!(slot = %slot, token = ours, "a slot of this term is recorded running but does not run here; leaving the term so that the next one takes it up with a higher token");
+                return Err(Stop::TermOver);
+            }
+            Recovery::CutOff(cut_off) => cut_off,
+        };
+        for (work, decision) in cut_off {
+            if let Some((record, _)) = self.records.get(&work.key) {
+                warn!(
+                    slot = %work.key,
+                    attempt = record.attempt,
+                    runner = record.runner.as_deref().unwrap_or(""),
+                    old_token = record.token.unwrap_or(0),
+                    "found a slot cut off in an earlier term"
+                );
+            }
+            match decision {
+                Crash::Retry { .. } => self.queue.push_back(work),
+                Crash::Settle { state, reason } => self.settle(&work.key, state, reason).await?,
             }
         }
         self.queue_pending();
@@ -1873,8 +1746,9 @@ impl<'a> TermRun<'a> {
         &mut self,
         key: &str,
         state: SlotState,
-        reason: &str,
+        reason: SettleReason,
     ) -> std::result::Result<(), Stop> {
+        let reason = reason.as_str();
         let Some((record, version)) = self.records.get(key).cloned() else {
             return Ok(());
         };
@@ -1938,146 +1812,68 @@ impl<'a> TermRun<'a> {
         Ok(results)
     }
 
-    /// While paused, only operator triggers start. Queued slots that nobody has recorded yet
-    /// (due slots taken up before the pause) are recorded `paused`, as slots that come due
-    /// while paused are. Queued slots that have a record (a cut-off slot to retry, a buffered
-    /// slot, a re-run an operator asked for) are owed: they stay queued until the job resumes.
-    async fn take_up_queued_while_paused(&mut self) -> std::result::Result<Option<Work>, Stop> {
-        if let Some(i) = self.queue.iter().position(|w| w.trigger.is_some()) {
-            return Ok(self.queue.remove(i));
-        }
-        let fresh = |w: &Work, records: &BTreeMap<String, (SlotRecord, i32)>| {
-            w.trigger.is_none() && !records.contains_key(&w.key)
-        };
-        let Some(last) = self
-            .queue
-            .iter()
-            .filter(|w| fresh(w, &self.records))
-            .map(|w| w.nominal_ms)
-            .max()
-        else {
-            return Ok(None);
-        };
-        let records = &self.records;
-        self.queue.retain(|w| !fresh(w, records));
-        let cursor = self.state.cursor_ms;
-        self.record_not_run(cursor, last, "paused").await?;
-        Ok(None)
-    }
-
-    /// The slots in `(cursor, latest]` came due: run, skip or fold them by the policies.
+    /// The slots in `(cursor, latest]` came due: run, skip or fold them by the policies
+    /// ([`plan::due`]).
     async fn take_up_due(
         &mut self,
         latest: i64,
         now: i64,
         late: bool,
     ) -> std::result::Result<(), Stop> {
-        let schedule = &self.inner.schedule;
-        let policies = &self.inner.policies;
-        let cursor = self.state.cursor_ms;
-        if self.control.paused {
-            return self.record_not_run(cursor, latest, "paused").await;
+        let due = plan::due(
+            &self.inner.schedule,
+            &self.inner.policies,
+            self.state.cursor_ms,
+            latest,
+            now,
+            late,
+            self.control.paused,
+        );
+        if let Some(not_run) = due.not_run {
+            self.record_not_run(not_run).await?;
         }
-        if !late || policies.catch_up == CatchUp::All {
-            // On time (or catching up everything): run them all, oldest first.
-            let (slots, _) = schedule.slots_between(cursor, latest, CATCH_UP_BATCH);
-            for slot in slots {
-                self.queue.push_back(Work {
-                    key: Schedule::key(slot),
-                    nominal_ms: slot,
-                    attempt: 1,
-                    recovering: false,
-                    trigger: None,
-                });
-            }
-            return Ok(());
-        }
-        let window = policies
-            .window
-            .unwrap_or_else(|| schedule.period_after(latest));
-        let lateness =
-            Duration::from_millis(u64::try_from(now.saturating_sub(latest)).unwrap_or(0));
-        let run_latest = policies.catch_up == CatchUp::Latest && lateness <= window;
-        let missed_up_to = if run_latest { latest - 1 } else { latest };
-        if let Some(last_missed) = schedule
-            .latest_at_or_before(missed_up_to)
-            .filter(|&l| l > cursor)
-        {
-            self.record_not_run(cursor, last_missed, "catch_up").await?;
-        }
-        if run_latest {
-            self.queue.push_back(Work {
-                key: Schedule::key(latest),
-                nominal_ms: latest,
-                attempt: 1,
-                recovering: false,
-                trigger: None,
-            });
-        }
+        self.queue.extend(due.run);
         Ok(())
     }
 
-    /// Records the slots in `(after, up_to]` as not run: one `skipped` record for a single
-    /// slot skipped on purpose (`overlap`, `paused`), else one `missed` record for the range.
-    /// Moves the cursor to `up_to`.
-    async fn record_not_run(
-        &mut self,
-        after: i64,
-        up_to: i64,
-        reason: &str,
-    ) -> std::result::Result<(), Stop> {
-        let schedule = &self.inner.schedule;
-        let (count, more) = schedule.count_between(after, up_to);
-        let Some(first) = schedule.next_after(after).filter(|&f| f <= up_to) else {
+    /// Records the slots in `(after, up_to]` as not run ([`plan::not_run`]): one `skipped`
+    /// record for a single slot skipped on purpose (`overlap`, `paused`), else one `missed`
+    /// record for the range. Moves the cursor to `up_to`.
+    async fn record_not_run(&mut self, not_run: NotRun) -> std::result::Result<(), Stop> {
+        let Some(plan) = plan::not_run(&self.inner.schedule, not_run, self.now()) else {
             return Ok(());
         };
-        let last = schedule.latest_at_or_before(up_to).unwrap_or(first);
-        let key = Schedule::key(first);
-        let now = self.now();
-        let single = count == 1 && reason != "catch_up";
-        let mut record = SlotRecord::not_run(
-            &key,
-            first,
-            if single {
-                SlotState::Skipped
-            } else {
-                SlotState::Missed
-            },
-            reason,
-            now,
-        );
-        if !single {
-            record.range = Some(SlotRange {
-                from: key.clone(),
-                to: Schedule::key(last),
-                count,
-                more,
-            });
-        }
+        let reason = not_run.reason.as_str();
+        let key = plan.record.slot.clone();
         let mut next = self.state.clone();
-        next.cursor_ms = next.cursor_ms.max(last);
+        next.cursor_ms = next.cursor_ms.max(plan.last);
         let ops = if self.records.contains_key(&key) {
             // Recorded already (a replayed schedule reached an old slot): move on.
             Vec::new()
         } else {
-            vec![FencedOp::create(self.slot_path(&key), record.to_bytes())]
+            vec![FencedOp::create(
+                self.slot_path(&key),
+                plan.record.to_bytes(),
+            )]
         };
         let created = !ops.is_empty();
         self.write_state(next, ops).await?;
+        let skipped = plan.is_skip();
+        let count = plan.count;
         if created {
-            self.remember(&key, record, Some(0));
+            self.remember(&key, plan.record, Some(0));
         }
-        if single {
+        if skipped {
             info!(slot = %key, reason, "slot skipped");
             self.emit(JobEvent::SlotSkipped {
                 slot: key,
                 reason: reason.to_owned(),
             });
         } else {
-            info!(from = %key, to = %Schedule::key(last), count, reason, "slots missed");
+            info!(from = %key, to = %Schedule::key(plan.last), count, reason, "slots missed");
             self.emit(JobEvent::SlotMissed {
                 from: key,
-                to: Schedule::key(last),
+                to: Schedule::key(plan.last),
                 count,
                 reason: reason.to_owned(),
             });
@@ -2110,9 +1906,9 @@ impl<'a> TermRun<'a> {
             && r.state.is_final()
         {
             // Settled meanwhile (an operator, an earlier pass): nothing to run.
-            if work.trigger.is_none() && work.nominal_ms > self.state.cursor_ms {
+            if let Some(cursor) = plan::cursor_past_settled(&self.state, &work) {
                 let mut next = self.state.clone();
-                next.cursor_ms = work.nominal_ms;
+                next.cursor_ms = cursor;
                 self.write_state(next, Vec::new()).await?;
             }
             return Ok(());
@@ -2139,12 +1935,7 @@ impl<'a> TermRun<'a> {
             },
             None => FencedOp::create(self.slot_path(&key), record.to_bytes()),
         };
-        let mut next = self.state.clone();
-        match work.trigger {
-            Some(n) if n > next.triggers_done => next.triggers_done = n,
-            Some(_) => {}
-            None => next.cursor_ms = next.cursor_ms.max(work.nominal_ms),
-        }
+        let next = plan::claim(&self.state, &work);
         let results = self.write_state(next, vec![claim]).await?;
         let version = match &existing {
             Some(_) => new_version(&results, 0),
@@ -2254,73 +2045,36 @@ impl<'a> TermRun<'a> {
             })
     }
 
-    /// While a slot runs: the slots that have come due since are skipped or buffered.
-    ///
-    /// A slot counts as overlapping only once it is more than the misfire tolerance (half a
-    /// period, at most a second) past due with the run still going: a run that ends just after
-    /// a slot's instant leaves that slot to run, a little late, instead of skipping it.
+    /// While a slot runs: the slots that have come due since are skipped or buffered
+    /// ([`plan::overlap`]).
     async fn overlap(&mut self) -> std::result::Result<(), Stop> {
-        let estimate = self.now();
-        let now = match self.run_started {
-            Some((started, at)) => {
-                let waited = self.term.clock().now() - at;
-                let waited = i64::try_from(waited.as_millis()).unwrap_or(i64::MAX);
-                estimate.min(started.saturating_add(waited))
-            }
-            None => estimate,
+        let started = self.run_started.map(|(started, at)| {
+            let waited = self.term.clock().now() - at;
+            (
+                started,
+                i64::try_from(waited.as_millis()).unwrap_or(i64::MAX),
+            )
+        });
+        let running = plan::Running {
+            now: self.now(),
+            started,
+            queue: &self.queue,
+            cursor: self.state.cursor_ms,
+            paused: self.control.paused,
+            buffered: self.buffered,
         };
-        let tolerance = self
-            .inner
-            .schedule
-            .latest_at_or_before(now)
-            .map_or(0, |slot| {
-                let period = self.inner.schedule.period_after(slot) / 2;
-                i64::try_from(period.min(TICK).as_millis()).unwrap_or(0)
-            });
-        let now = now - tolerance;
-        // Slots queued already (found due at once, e.g. after a stall) are taken up in
-        // turn; only those after them can have come due during this run.
-        let cursor = self
-            .queue
-            .iter()
-            .filter(|w| w.trigger.is_none())
-            .map(|w| w.nominal_ms)
-            .fold(self.state.cursor_ms, i64::max);
-        let Some(latest) = self
-            .inner
-            .schedule
-            .latest_at_or_before(now)
-            .filter(|&l| l > cursor)
-        else {
-            return Ok(());
-        };
-        if self.inner.policies.catch_up == CatchUp::All && !self.queue.is_empty() {
-            // Still catching up: these join the catch-up once the queue is through.
-            return Ok(());
-        }
-        if let Some((started, _)) = self.run_started
-            && self
-                .inner
-                .schedule
-                .next_after(cursor)
-                .is_some_and(|next| next <= started)
-        {
-            // The run started late (a cut-off slot retried by a new leader, a slow claim):
-            // slots were due already when it started, so they did not come due during it. They,
-            // and any after them, are taken up after the run, by the catch-up policy when the
-            // term found them late.
-            return Ok(());
-        }
-        if self.control.paused {
-            return self.record_not_run(cursor, latest, "paused").await;
-        }
-        if self.inner.policies.overlap == Overlap::BufferOne
-            && !self.buffered
-            && let Some(first) = self.inner.schedule.next_after(cursor)
-        {
-            {
+        match plan::overlap(&self.inner.schedule, &self.inner.policies, &running) {
+            OverlapPlan::Nothing => Ok(()),
+            OverlapPlan::NotRun(not_run) => self.record_not_run(not_run).await,
+            OverlapPlan::Buffer { first, now, rest } => {
                 let key = Schedule::key(first);
-                let record = SlotRecord::not_run(&key, first, SlotState::Pending, "buffered", now);
+                let record = SlotRecord::not_run(
+                    &key,
+                    first,
+                    SlotState::Pending,
+                    PendingReason::Buffered.as_str(),
+                    now,
+                );
                 let mut next = self.state.clone();
                 next.cursor_ms = first;
                 self.write_state(
@@ -2331,20 +2085,13 @@ impl<'a> TermRun<'a> {
                 self.remember(&key, record, Some(0));
                 self.buffered = true;
                 info!(slot = %key, "slot buffered behind the running one");
-                self.queue.push_back(Work {
-                    key,
-                    nominal_ms: first,
-                    attempt: 1,
-                    recovering: false,
-                    trigger: None,
-                });
-                if latest > first {
-                    self.record_not_run(first, latest, "overlap").await?;
+                self.queue.push_back(Work::first_run(first));
+                if let Some(rest) = rest {
+                    self.record_not_run(rest).await?;
                 }
-                return Ok(());
+                Ok(())
             }
         }
-        self.record_not_run(cursor, latest, "overlap").await
     }
 
     /// Records how a run ended, fenced; a refusal leaves the slot `running` for the next leader.
@@ -2355,14 +2102,7 @@ impl<'a> TermRun<'a> {
         end: RunEnd,
         exit_code: Option<i32>,
     ) -> std::result::Result<(), Stop> {
-        let (state, error) = match end {
-            RunEnd::Returned(Ok(())) => (SlotState::Succeeded, None),
-            RunEnd::Returned(Err(e)) => (SlotState::Failed, Some(e)),
-            RunEnd::CutOff => (
-                SlotState::Failed,
-                Some("cut off: the term ended".to_owned()),
-            ),
-        };
+        let (state, error) = plan::outcome(end);
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -2432,21 +2172,7 @@ impl<'a> TermRun<'a> {
         let limit = self.inner.policies.history_limit;
         let max_age =
             i64::try_from(self.inner.policies.history_max_age.as_millis()).unwrap_or(i64::MAX);
-        let now = self.now();
-        let mut settled: Vec<(i64, String, i32)> = self
-            .records
-            .iter()
-            .filter(|(_, (r, _))| r.state.is_final())
-            .map(|(k, (r, v))| (r.nominal_ms, k.clone(), *v))
-            .collect();
-        settled.sort();
-        let excess = self.records.len().saturating_sub(limit);
-        let doomed: Vec<(String, i32)> = settled
-            .iter()
-            .enumerate()
-            .filter(|(i, (nominal, _, _))| *i < excess || now.saturating_sub(*nominal) > max_age)
-            .map(|(_, (_, k, v))| (k.clone(), *v))
-            .collect();
+        let doomed = plan::prune(&self.records, limit, max_age, self.now());
         for batch in doomed.chunks(50) {
             let ops: Vec<FencedOp> = batch
                 .iter()
