@@ -1,0 +1,344 @@
+//! The operators' handle on a job ([`JobAdmin`]: history, status, trigger, pause, resume,
+//! resolve), and the reads of the job's nodes it shares with the leader.
+
+use tracing::warn;
+use zookeeper_client::CreateMode;
+
+use super::plan::{PendingReason, Records, SettleReason};
+use super::record::{Control, JobState, UNPLACED};
+use super::{Resolution, Schedule, SlotRecord, SlotState, schedule};
+use crate::acl::NodeAcl;
+use crate::contender::{self, Participant};
+use crate::error::{Error, Result};
+use crate::path;
+use crate::session::Session;
+
+/// The job's state as [`JobAdmin::status`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobStatus {
+    /// The job's path.
+    pub path: String,
+    /// The schedule recorded by the last leader ([`Schedule::spec`]), if any leader ran yet.
+    pub schedule: Option<String>,
+    /// Whether the job is paused.
+    pub paused: bool,
+    /// The participant id of the leader, if one leads.
+    pub leader: Option<String>,
+    /// The newest slot the leader has taken up (run, skipped or missed).
+    pub cursor: Option<String>,
+    /// Triggers asked for and not yet taken up.
+    pub triggers_pending: u64,
+    /// Slots recorded `running`, `pending` or `parked`.
+    pub open: Vec<SlotRecord>,
+    /// The newest settled slot.
+    pub last: Option<SlotRecord>,
+}
+
+/// An operator's handle on a job: read its history and status, trigger, pause, resume, resolve
+/// parked slots. Needs no stake in the election; `zkr cron history|status|trigger|pause|resume|
+/// resolve` use it.
+#[derive(Debug, Clone)]
+pub struct JobAdmin {
+    session: Session,
+    path: String,
+    acl: NodeAcl,
+}
+
+impl JobAdmin {
+    /// The handle [`ScheduledJob::admin`](super::ScheduledJob::admin) gives: the job's own
+    /// session, path and ACL.
+    pub(super) fn for_job(session: &Session, path: &str, acl: &NodeAcl) -> JobAdmin {
+        JobAdmin {
+            session: session.clone(),
+            path: path.to_owned(),
+            acl: acl.clone(),
+        }
+    }
+
+    /// A handle on the job at `path` (absolute).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPath`].
+    pub fn new(session: &Session, path: impl Into<String>) -> Result<JobAdmin> {
+        let path = path.into();
+        path::validate_path(&path)?;
+        Ok(JobAdmin {
+            session: session.clone(),
+            path,
+            acl: NodeAcl::default(),
+        })
+    }
+
+    /// The ACL of the nodes this handle creates when no replica has yet (the job's path, its
+    /// missing ancestors, and its `control`): give it the job's own
+    /// ([`ScheduledJobBuilder::acl`](super::ScheduledJobBuilder::acl)), so that a pause or trigger
+    /// sent before the first leader does not leave `control` open to anyone. Default
+    /// [`NodeAcl::default`] (open, as ZooKeeper's and Curator's).
+    /// [`ScheduledJob::admin`](super::ScheduledJob::admin) uses the job's.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a creator ACL on a session without credentials.
+    pub fn with_acl(mut self, acl: impl Into<NodeAcl>) -> Result<JobAdmin> {
+        let acl = acl.into();
+        acl.check_usable(self.session.has_credentials())?;
+        self.acl = acl;
+        Ok(self)
+    }
+
+    /// The recorded slots, newest first (by nominal instant), at most `limit`.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors; [`Error::InvalidArgument`] when a record under the
+    /// job's `slots` node was not written by this crate.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn history(&self, limit: usize) -> Result<Vec<SlotRecord>> {
+        let client = self.session.client()?;
+        let mut records: Vec<SlotRecord> = read_records(&client, &self.path)
+            .await?
+            .into_values()
+            .map(|(r, _)| r)
+            .collect();
+        records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
+        records.truncate(limit);
+        Ok(records)
+    }
+
+    /// The job's schedule, pause state, leader, cursor and open slots.
+    ///
+    /// # Errors
+    /// As [`history`](Self::history).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn status(&self) -> Result<JobStatus> {
+        let client = self.session.client()?;
+        let state_path = path::join(&self.path, "state");
+        let state = match client.get_data(&state_path).await {
+            Ok((data, _)) => Some(JobState::from_bytes(&state_path, &data)?),
+            Err(zookeeper_client::Error::NoNode) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let control = read_control(&client, &self.path).await?.0;
+        let leader = match contender::participants_on(
+            &self.session,
+            &path::join(&self.path, "leader"),
+        )
+        .await
+        {
+            Ok(participants) => Some(contender::leader_of(participants)),
+            Err(Error::Zookeeper(zookeeper_client::Error::NoNode)) => None,
+            Err(e) => return Err(e),
+        }
+        .filter(|p: &Participant| p.is_leader)
+        .map(|p| p.id);
+        let mut records: Vec<SlotRecord> = read_records(&client, &self.path)
+            .await?
+            .into_values()
+            .map(|(r, _)| r)
+            .collect();
+        records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
+        let last = records.iter().find(|r| r.state.is_final()).cloned();
+        let open = records
+            .into_iter()
+            .filter(|r| !r.state.is_final())
+            .collect();
+        Ok(JobStatus {
+            path: self.path.clone(),
+            schedule: state.as_ref().map(|s| s.spec.clone()),
+            paused: control.paused,
+            leader,
+            cursor: state
+                .as_ref()
+                .filter(|s| s.cursor_ms != UNPLACED)
+                .map(|s| Schedule::key(s.cursor_ms)),
+            triggers_pending: control
+                .triggers
+                .saturating_sub(state.as_ref().map_or(0, |s| s.triggers_done)),
+            open,
+            last,
+        })
+    }
+
+    /// Asks the leader to run the job now, as an extra slot `trigger-N` (also while paused: an
+    /// operator asked). Returns N.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// The request is sent when the future is first polled; dropped after that, the trigger may
+    /// or may not have been recorded.
+    pub async fn trigger(&self) -> Result<u64> {
+        let mut n = 0;
+        self.update_control(|c| {
+            c.triggers += 1;
+            n = c.triggers;
+        })
+        .await?;
+        Ok(n)
+    }
+
+    /// Pauses the job: until [`resume`](Self::resume), the leader starts no slot but
+    /// triggers. It records due slots as skipped (`paused`), also those it had taken up but not
+    /// started; slots that have a record already (a cut-off slot to retry, a buffered slot, a
+    /// re-run) wait for the resume. A slot already running goes on.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn pause(&self) -> Result<()> {
+        self.update_control(|c| c.paused = true).await
+    }
+
+    /// Resumes a paused job. Slots that came due while paused stay skipped; the ones that waited
+    /// run.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn resume(&self) -> Result<()> {
+        self.update_control(|c| c.paused = false).await
+    }
+
+    /// Resolves a parked slot: [`Resolution::Done`] records it succeeded (`resolved`),
+    /// [`Resolution::Rerun`] hands it back to the leader, which runs it with `attempt + 1`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the slot has no record or is not parked; connection and
+    /// ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn resolve(&self, slot: &str, resolution: Resolution) -> Result<()> {
+        let client = self.session.client()?;
+        let slot_path = path::join(&path::join(&self.path, "slots"), slot);
+        let (data, stat) = match client.get_data(&slot_path).await {
+            Ok(found) => found,
+            Err(zookeeper_client::Error::NoNode) => {
+                return Err(Error::InvalidArgument {
+                    what: "slot",
+                    reason: format!("{slot:?} has no record under {}", self.path),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut record = SlotRecord::from_bytes(&slot_path, &data)?;
+        if record.state != SlotState::Parked {
+            return Err(Error::InvalidArgument {
+                what: "slot",
+                reason: format!("{slot:?} is {}, not parked", record.state.as_str()),
+            });
+        }
+        match resolution {
+            Resolution::Done => {
+                record.state = SlotState::Succeeded;
+                record.reason = Some(SettleReason::Resolved.as_str().to_owned());
+                record.ended_ms = Some(schedule::now_ms());
+            }
+            Resolution::Rerun => {
+                record.state = SlotState::Pending;
+                record.reason = Some(PendingReason::Rerun.as_str().to_owned());
+            }
+        }
+        // Compare-and-set: a leader that changed the record meanwhile wins.
+        client
+            .set_data(&slot_path, &record.to_bytes(), Some(stat.version))
+            .await?;
+        // Wake the leader, which reads pending slots when the controls change.
+        self.update_control(|_| {}).await
+    }
+
+    /// Reads, changes and writes the control node (compare-and-set, retried on a race).
+    async fn update_control(&self, mut change: impl FnMut(&mut Control)) -> Result<()> {
+        let client = self.session.client()?;
+        let control_path = path::join(&self.path, "control");
+        for _ in 0..100 {
+            let (mut control, version) = read_control(&client, &self.path).await?;
+            change(&mut control);
+            let result = match version {
+                Some(v) => client
+                    .set_data(&control_path, &control.to_bytes(), Some(v))
+                    .await
+                    .map(|_| ()),
+                None => {
+                    let mode = CreateMode::Persistent.with_acls(self.acl.as_acls());
+                    match client.mkdir(&self.path, &mode).await {
+                        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    client
+                        .create(&control_path, &control.to_bytes(), &mode)
+                        .await
+                        .map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(zookeeper_client::Error::BadVersion | zookeeper_client::Error::NodeExists) => {
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::InvalidArgument {
+            what: "control",
+            reason: "lost 100 compare-and-set races in a row".into(),
+        })
+    }
+}
+
+/// The control node and its version (`None`: it does not exist yet).
+async fn read_control(
+    client: &zookeeper_client::Client,
+    job: &str,
+) -> Result<(Control, Option<i32>)> {
+    let control_path = path::join(job, "control");
+    match client.get_data(&control_path).await {
+        Ok((data, stat)) => Ok((
+            Control::from_bytes(&control_path, &data)?,
+            Some(stat.version),
+        )),
+        Err(zookeeper_client::Error::NoNode) => Ok((Control::default(), None)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every slot record with its version, by key. Records that are not this crate's are skipped
+/// with a warning.
+pub(super) async fn read_records(client: &zookeeper_client::Client, job: &str) -> Result<Records> {
+    let slots = path::join(job, "slots");
+    let children = match client.list_children(&slots).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => return Ok(Records::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let reads: Vec<_> = children
+        .iter()
+        .map(|name| client.get_data(&path::join(&slots, name)))
+        .collect();
+    let mut records = Records::new();
+    for (name, read) in children
+        .into_iter()
+        .zip(futures::future::join_all(reads).await)
+    {
+        let node = path::join(&slots, &name);
+        match read {
+            Ok((data, stat)) => match SlotRecord::from_bytes(&node, &data) {
+                Ok(record) => {
+                    records.insert(name, (record, stat.version));
+                }
+                Err(e) => warn!(node = %node, error = %e, "ignoring a slot record"),
+            },
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(records)
+}

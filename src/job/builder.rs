@@ -1,0 +1,350 @@
+//! Building a scheduled job: [`ScheduledJobBuilder`] checks every setting, [`PreparedJob`]
+//! stands for the job in its election.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tracing::{Instrument, info_span};
+
+use super::policy::Policies;
+use super::term::TermRun;
+use super::{
+    AbortOnDrop, Activity, CatchUp, DEFAULT_CLOCK_TOLERANCE, Inner, MAX_HISTORY, OnCrash, Overlap,
+    Schedule, ScheduledJob, SkewHold, SlotJob, SystemClock, WallClock, requeue_between_terms,
+};
+use crate::acl::NodeAcl;
+use crate::contender;
+use crate::error::{Error, Result};
+use crate::fencing::Leadership;
+use crate::leader::LeaderSelector;
+use crate::path;
+use crate::session::Session;
+use crate::state::ErrorPolicy;
+
+/// Builds a [`ScheduledJob`]; [`build`](Self::build) checks every setting.
+#[must_use]
+pub struct ScheduledJobBuilder {
+    session: Session,
+    path: String,
+    id: Option<String>,
+    schedule: Option<Result<Schedule>>,
+    policies: Policies,
+    grace: Option<Duration>,
+    stop_ahead: Option<Duration>,
+    error_policy: ErrorPolicy,
+    acl: NodeAcl,
+    clock: Arc<dyn WallClock>,
+    clock_tolerance: Duration,
+}
+
+impl std::fmt::Debug for ScheduledJobBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScheduledJobBuilder")
+            .field("path", &self.path)
+            .field("id", &self.id)
+            .field("policies", &self.policies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScheduledJobBuilder {
+    /// The defaults, for the job at `path` ([`ScheduledJob::builder`]).
+    pub(super) fn new(session: &Session, path: String) -> Self {
+        ScheduledJobBuilder {
+            session: session.clone(),
+            path,
+            id: None,
+            schedule: None,
+            policies: Policies::default(),
+            grace: None,
+            stop_ahead: None,
+            error_policy: ErrorPolicy::default(),
+            acl: NodeAcl::default(),
+            clock: Arc::new(SystemClock),
+            clock_tolerance: DEFAULT_CLOCK_TOLERANCE,
+        }
+    }
+
+    /// Slots at the instants of a cron expression in an IANA time zone
+    /// ([`Schedule::cron`]).
+    pub fn cron(mut self, expression: &str, zone: &str) -> Self {
+        self.schedule = Some(Schedule::cron(expression, zone));
+        self
+    }
+
+    /// Slots every `period`, on the epoch's grid ([`Schedule::every`]).
+    pub fn every(mut self, period: Duration) -> Self {
+        self.schedule = Some(Schedule::every(period));
+        self
+    }
+
+    /// Any schedule.
+    pub fn schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = Some(Ok(schedule));
+        self
+    }
+
+    /// The participant id in the job's election, recorded as each slot's runner. Default:
+    /// `<hostname>-<pid>-<8 hex>`.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Catch-up after an outage (default [`CatchUp::Latest`]).
+    pub fn catch_up(mut self, catch_up: CatchUp) -> Self {
+        self.policies.catch_up = catch_up;
+        self
+    }
+
+    /// How late the newest missed slot may be and still run under [`CatchUp::Latest`]
+    /// (default: one period of the schedule, at most 24 h).
+    pub fn catch_up_window(mut self, window: Duration) -> Self {
+        self.policies.window = Some(window);
+        self
+    }
+
+    /// A slot that comes due while the previous one runs (default [`Overlap::Skip`]).
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.policies.overlap = overlap;
+        self
+    }
+
+    /// A slot cut off by a crash or a lost term (default [`OnCrash::Retry`]).
+    pub fn on_crash(mut self, on_crash: OnCrash) -> Self {
+        self.policies.on_crash = on_crash;
+        self
+    }
+
+    /// How many times a slot is started at most under [`OnCrash::Retry`] (default 3; at least 1).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.policies.max_attempts = attempts;
+        self
+    }
+
+    /// How many slot records are kept (default 100, at most [`MAX_HISTORY`]); older settled
+    /// ones are deleted.
+    pub fn history_limit(mut self, records: usize) -> Self {
+        self.policies.history_limit = records;
+        self
+    }
+
+    /// How old a settled slot record may get before it is deleted (default 30 days).
+    pub fn history_max_age(mut self, age: Duration) -> Self {
+        self.policies.history_max_age = age;
+        self
+    }
+
+    /// Whether a leader that finds another schedule recorded replays the slots of its own
+    /// schedule since the job's cursor (by the catch-up policy). Default `false`: the new
+    /// schedule starts from now.
+    pub fn replay_on_schedule_change(mut self, replay: bool) -> Self {
+        self.policies.replay_on_change = replay;
+        self
+    }
+
+    /// How long a run may go on after its term ended before its task is aborted (default 5 s,
+    /// or less when the session's timeout leaves less).
+    ///
+    /// As for a [`LeaderSelector`]'s grace: the run is aborted at the
+    /// end of the grace or at its term's lease ([`Leadership::stop_by`]), whichever comes
+    /// first, and a term whose lease is not renewed ends the grace before the lease's deadline,
+    /// so that a run that stops when asked gets its grace. The grace must fit in the lease the
+    /// session timeout leaves ([`Error::GraceTooLong`] at [`build`](Self::build)).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// How long before its lease deadline a term whose lease is not renewed ends (default: the
+    /// [`grace`](Self::grace)); it must fit in the lease the session timeout leaves. As
+    /// [`LeaderSelectorBuilder::stop_ahead`](crate::LeaderSelectorBuilder::stop_ahead): for a
+    /// run that waits for work it stops itself (`zkr cron run` waits for its command), ask for
+    /// the work's grace here and give the run a longer grace.
+    pub fn stop_ahead(mut self, ahead: Duration) -> Self {
+        self.stop_ahead = Some(ahead);
+        self
+    }
+
+    /// Which connection states end a term (default [`ErrorPolicy::Standard`]).
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
+        self.error_policy = policy;
+        self
+    }
+
+    /// The ACL of the nodes the job creates (default [`NodeAcl::anyone_all`]).
+    pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
+        self.acl = acl.into();
+        self
+    }
+
+    /// This replica's own wall clock (default [`SystemClock`]); tests step it. It decides
+    /// nothing about the schedule: the ensemble's clock does (the `mtime` of the job's own
+    /// writes). It is read only to measure how far it is from the ensemble's, against the
+    /// [`clock_tolerance`](Self::clock_tolerance).
+    pub fn wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How far this replica's wall clock may be from the ensemble's before it takes up no slot
+    /// (default [`DEFAULT_CLOCK_TOLERANCE`], 10 s; not zero).
+    ///
+    /// The ensemble's clock decides when slots are due whatever this replica's clock says, but the
+    /// job itself reads this host's clock (a business date taken from "now", timestamps it writes,
+    /// certificates it checks, a `zkr cron` command's `date`): a replica whose clock is off by more
+    /// than this gives up its term ([`JobEvent::ClockSkew`](super::JobEvent::ClockSkew), an
+    /// `error!`, the metrics `zookeeper_recipes_job_clock_offset_seconds` and
+    /// `zookeeper_recipes_job_clock_skew_terms_total`) so that an honest replica leads, and stays
+    /// out of the election for 5 s, doubling with each further skewed term in a row up to 5 min,
+    /// before it measures again. The default, 10 s, is far above what an NTP-disciplined host is
+    /// off by (milliseconds) and than a measurement's error (half a round trip), so an honest
+    /// replica is never refused, and well below the offsets that break jobs (a VM restored from a
+    /// template or snapshot, a bad time source: minutes to days).
+    pub fn clock_tolerance(mut self, tolerance: Duration) -> Self {
+        self.clock_tolerance = tolerance;
+        self
+    }
+
+    /// Checks every setting and returns the job ready to start.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPath`] for a relative or malformed path; [`Error::InvalidSchedule`] for
+    /// a missing or bad schedule (expression, zone, interval); [`Error::InvalidArgument`] for
+    /// an id that breaks [`validate_id`](crate::path::validate_id)'s rules, zero max attempts,
+    /// a history limit of 0 or above [`MAX_HISTORY`], or a zero clock tolerance;
+    /// [`Error::GraceTooLong`] for a grace that does not fit in the session's lease.
+    pub fn build(self) -> Result<PreparedJob> {
+        path::validate_path(&self.path)?;
+        let schedule = match self.schedule {
+            Some(s) => s?,
+            None => {
+                return Err(Error::InvalidSchedule {
+                    what: "schedule",
+                    reason: "none given: call .cron(expression, zone) or .every(period)".into(),
+                });
+            }
+        };
+        let id = self.id.unwrap_or_else(contender::default_participant_id);
+        path::validate_id(&id)?;
+        if self.policies.max_attempts == 0 {
+            return Err(Error::InvalidArgument {
+                what: "max attempts",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.policies.history_limit == 0 || self.policies.history_limit > MAX_HISTORY {
+            return Err(Error::InvalidArgument {
+                what: "history limit",
+                reason: format!(
+                    "{} is outside 1..={MAX_HISTORY}",
+                    self.policies.history_limit
+                ),
+            });
+        }
+        if self.clock_tolerance.is_zero() {
+            return Err(Error::InvalidArgument {
+                what: "clock tolerance",
+                reason: "must be more than zero: no two clocks agree to the nanosecond".into(),
+            });
+        }
+        self.acl.check_usable(self.session.has_credentials())?;
+        let limit = self.session.grace_limit();
+        let grace = self.grace.unwrap_or_else(|| self.session.default_grace());
+        let stop_ahead = self.stop_ahead.unwrap_or(grace);
+        if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
+            return Err(Error::GraceTooLong {
+                grace: stop_ahead,
+                limit,
+                timeout: self.session.lease_timeout(),
+            });
+        }
+        Ok(PreparedJob {
+            inner: Inner {
+                session: self.session,
+                path: self.path,
+                id,
+                schedule,
+                policies: self.policies,
+                clock: self.clock,
+                clock_tolerance: self.clock_tolerance,
+                skew: Mutex::new(SkewHold::default()),
+                events: broadcast::channel(1024).0,
+                acl: self.acl,
+                grace,
+                stop_ahead,
+                activity: watch::channel(Activity::default()).0,
+            },
+            error_policy: self.error_policy,
+        })
+    }
+
+    /// [`build`](Self::build), then [`PreparedJob::start`].
+    ///
+    /// # Errors
+    /// Those of both.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is sent before the returned job exists.
+    pub async fn start<J: SlotJob>(self, job: J) -> Result<ScheduledJob> {
+        self.build()?.start(job).await
+    }
+}
+
+/// A scheduled job whose settings were checked ([`ScheduledJobBuilder::build`]).
+#[derive(Debug)]
+pub struct PreparedJob {
+    inner: Inner,
+    error_policy: ErrorPolicy,
+}
+
+impl PreparedJob {
+    /// Stands for the job in the background (its election under `<path>/leader`); returns at once.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the session is closed, [`Error::NoRuntime`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is sent before the returned job exists.
+    pub async fn start<J: SlotJob>(self, job: J) -> Result<ScheduledJob> {
+        let inner = Arc::new(self.inner);
+        let job = Arc::new(job);
+        let for_terms = Arc::clone(&inner);
+        let selector = LeaderSelector::builder(&inner.session, path::join(&inner.path, "leader"))
+            .id(inner.id.clone())
+            // Requeued by `requeue_between_terms`: at once, or after a hold-back when the term
+            // found this replica's clock off the ensemble's.
+            .auto_requeue(false)
+            // The job's own grace decides when a run is aborted, and how early a term whose
+            // lease is not renewed ends; the selector waits beyond it for the loop to record
+            // the end (the lease still bounds it).
+            .stop_ahead(inner.stop_ahead)
+            .grace(inner.grace + Duration::from_secs(5))
+            // The loop stops the run by the lease itself, then records what became of it.
+            .closure_stops_its_work()
+            .error_policy(self.error_policy)
+            .acl(inner.acl.clone())
+            .start(move |term: Leadership| {
+                let inner = Arc::clone(&for_terms);
+                let job = Arc::clone(&job);
+                let span = info_span!("scheduled_job", path = %inner.path, token = %term.token());
+                async move { TermRun::new(&inner, &term).run(&job).await }.instrument(span)
+            })
+            .await?;
+        let selector = Arc::new(selector);
+        let requeue = AbortOnDrop(tokio::spawn(
+            requeue_between_terms(
+                Arc::clone(&inner),
+                Arc::downgrade(&selector),
+                selector.watch_state(),
+            )
+            .instrument(info_span!("scheduled_job", path = %inner.path)),
+        ));
+        Ok(ScheduledJob {
+            inner,
+            selector,
+            _requeue: requeue,
+        })
+    }
+}

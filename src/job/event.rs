@@ -1,0 +1,194 @@
+//! What a scheduled job reports and what it hands its work: [`JobEvent`], [`SlotRun`], and the
+//! [`SlotJob`] the work implements.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::SlotState;
+use crate::error::BoxError;
+use crate::fencing::{FencingToken, Leadership};
+
+/// Something that happened to a slot, as [`ScheduledJob::events`](super::ScheduledJob::events)
+/// reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEvent {
+    /// This replica claimed the slot and started the job.
+    SlotStarted {
+        /// The slot key.
+        slot: String,
+        /// The term's fencing token.
+        token: FencingToken,
+        /// 1 for the first run, more for a slot cut off before.
+        attempt: u32,
+        /// The slot was cut off before (or released by an operator) and is run again.
+        recovering: bool,
+    },
+    /// A slot reached an end that is recorded: `succeeded` or `failed` after a run; `failed`
+    /// or `parked` for a cut-off slot a new leader found.
+    SlotFinished {
+        /// The slot key.
+        slot: String,
+        /// `Succeeded`, `Failed` or `Parked`.
+        outcome: SlotState,
+        /// The job's exit code, when it reported one ([`SlotRun::set_exit_code`]).
+        exit_code: Option<i32>,
+        /// Why it failed or was parked without running (`cut_off`, `max_attempts`), or the
+        /// job's error.
+        reason: Option<String>,
+    },
+    /// A slot was recorded skipped.
+    SlotSkipped {
+        /// The slot key.
+        slot: String,
+        /// `overlap` or `paused`.
+        reason: String,
+    },
+    /// A range of slots was recorded missed.
+    SlotMissed {
+        /// The first slot's key.
+        from: String,
+        /// The last slot's key.
+        to: String,
+        /// How many.
+        count: u64,
+        /// `catch_up`, `paused` or `overlap`.
+        reason: String,
+    },
+    /// The job ended after its term had ended, and the record of its end was refused (the
+    /// fenced write found the term over): the slot stays `running` for the next leader.
+    SlotAbandoned {
+        /// The slot key.
+        slot: String,
+        /// The token of the term that ran it.
+        token: FencingToken,
+        /// What refused the write.
+        reason: String,
+    },
+    /// The leader saw the job paused or resumed by an operator
+    /// ([`JobAdmin::pause`](super::JobAdmin::pause)): from now on it starts no slot but operator
+    /// triggers, or starts them again.
+    PauseChanged {
+        /// Whether the job is paused now.
+        paused: bool,
+    },
+    /// This leader's schedule differs from the one recorded with the job.
+    ScheduleChanged {
+        /// The recorded schedule ([`Schedule::spec`](super::Schedule::spec)).
+        from: String,
+        /// This replica's.
+        to: String,
+    },
+    /// This replica's wall clock is off the ensemble's by more than the
+    /// [`clock_tolerance`](super::ScheduledJobBuilder::clock_tolerance): it took up no slot, gave
+    /// up its term, and stays out of the election for a while before it measures again.
+    ClockSkew {
+        /// This replica's wall clock minus the ensemble's (positive: ahead), in milliseconds.
+        offset_ms: i64,
+        /// The tolerance, in milliseconds.
+        tolerance_ms: u64,
+    },
+    /// The job's cursor was found beyond the ensemble's time plus the clock tolerance (left by
+    /// a leader of an earlier version whose clock ran ahead, or by an operator) and was brought
+    /// back to the newest slot at or before the ensemble's now, so that the next slot runs on
+    /// time. Slots recorded beyond it are not run again.
+    CursorRewound {
+        /// The slot key the cursor stood at.
+        from: String,
+        /// The slot key it was brought back to.
+        to: String,
+    },
+}
+
+/// One run of the job: the slot, the term, the attempt.
+#[derive(Debug, Clone)]
+pub struct SlotRun {
+    pub(super) slot: String,
+    pub(super) nominal_ms: i64,
+    pub(super) attempt: u32,
+    pub(super) recovering: bool,
+    pub(super) triggered: bool,
+    pub(super) term: Leadership,
+    pub(super) exit_code: Arc<Mutex<Option<i32>>>,
+}
+
+impl SlotRun {
+    /// The slot key: the nominal instant in UTC (`2026-12-03T02:00:00Z`), or `trigger-N`.
+    pub fn slot(&self) -> &str {
+        &self.slot
+    }
+
+    /// The slot's nominal instant (for a trigger, when it was taken up).
+    pub fn nominal(&self) -> SystemTime {
+        let ms = u64::try_from(self.nominal_ms).unwrap_or(0);
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    /// The nominal instant in milliseconds since the Unix epoch.
+    pub fn nominal_ms(&self) -> i64 {
+        self.nominal_ms
+    }
+
+    /// 1 for the slot's first run; more when it was cut off before.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Whether this run takes up a slot that an earlier run started and did not finish (or an
+    /// operator released): the job should check what that run left behind.
+    pub fn is_recovering(&self) -> bool {
+        self.recovering
+    }
+
+    /// Whether an operator asked for this run ([`JobAdmin::trigger`](super::JobAdmin::trigger))
+    /// rather than the schedule.
+    pub fn is_triggered(&self) -> bool {
+        self.triggered
+    }
+
+    /// The leadership term this run belongs to: `cancelled()`, `is_valid()`, `fenced(..)`.
+    pub fn leadership(&self) -> &Leadership {
+        &self.term
+    }
+
+    /// The term's fencing token: carry it with every write, keyed by [`slot`](Self::slot).
+    pub fn token(&self) -> FencingToken {
+        self.term.token()
+    }
+
+    /// Reports an exit code to record with the slot (`zkr cron run` reports its command's).
+    pub fn set_exit_code(&self, code: i32) {
+        if let Ok(mut slot) = self.exit_code.lock() {
+            *slot = Some(code);
+        }
+    }
+}
+
+/// The work a [`ScheduledJob`](super::ScheduledJob) runs for each slot.
+///
+/// Implemented for every `Fn(SlotRun) -> impl Future<Output = Result<(), E>>` closure. `Ok`
+/// records the slot succeeded, `Err` failed (with the error's text). A run whose term ends should
+/// stop promptly ([`Leadership::cancelled`]): its task is aborted at the end of its grace or at
+/// the term's lease ([`Leadership::stop_by`]), whichever comes first.
+pub trait SlotJob: Send + Sync + 'static {
+    /// Runs one slot.
+    fn run(
+        &self,
+        run: SlotRun,
+    ) -> impl Future<Output = std::result::Result<(), BoxError>> + Send + 'static;
+}
+
+impl<F, Fut, E> SlotJob for F
+where
+    F: Fn(SlotRun) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+    E: Into<BoxError> + 'static,
+{
+    fn run(
+        &self,
+        run: SlotRun,
+    ) -> impl Future<Output = std::result::Result<(), BoxError>> + Send + 'static {
+        let fut = self(run);
+        async move { fut.await.map_err(Into::into) }
+    }
+}

@@ -1,0 +1,323 @@
+//! One slot's run within a term: the claim, the job's task, the slots that come due meanwhile
+//! (overlap), the record of its end, and the history kept.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::{Stop, TICK, TermRun, new_version};
+use crate::error::Error;
+use crate::fencing::{FencedOp, FencingToken};
+use crate::job::plan::{self, OverlapPlan, PendingReason, RunEnd, Work};
+use crate::job::{
+    AbortOnDrop, JobEvent, RunningSlot, Schedule, SlotJob, SlotRecord, SlotRun, SlotState,
+};
+
+impl TermRun<'_> {
+    /// Claims a slot, runs the job, records the end.
+    pub(super) async fn run_slot<J: SlotJob>(
+        &mut self,
+        job: &Arc<J>,
+        work: Work,
+    ) -> std::result::Result<(), Stop> {
+        let Some(_running) = RunningSlot::enter(self.inner) else {
+            return self.idle_until_term_ends().await;
+        };
+        let token = self.term.token();
+        let key = work.key.clone();
+        let existing = self.records.get(&key).cloned();
+        if let Some((r, _)) = &existing
+            && r.state.is_final()
+        {
+            // Settled meanwhile (an operator, an earlier pass): nothing to run.
+            if let Some(cursor) = plan::cursor_past_settled(&self.state, &work) {
+                let mut next = self.state.clone();
+                next.cursor_ms = cursor;
+                self.write_state(next, Vec::new()).await?;
+            }
+            return Ok(());
+        }
+        let record = SlotRecord {
+            slot: key.clone(),
+            nominal_ms: work.nominal_ms,
+            state: SlotState::Running,
+            token: Some(token.get()),
+            attempt: work.attempt,
+            runner: Some(self.inner.id.clone()),
+            started_ms: Some(self.now()),
+            ended_ms: None,
+            exit_code: None,
+            reason: None,
+            error: None,
+            range: None,
+        };
+        let claim = match &existing {
+            Some((_, version)) => FencedOp::SetData {
+                path: self.slot_path(&key),
+                data: record.to_bytes(),
+                version: Some(*version),
+            },
+            None => FencedOp::create(self.slot_path(&key), record.to_bytes()),
+        };
+        let next = plan::claim(&self.state, &work);
+        let results = self.write_state(next, vec![claim]).await?;
+        let version = match &existing {
+            Some(_) => new_version(&results, 0),
+            None => Some(0),
+        };
+        self.remember(&key, record.clone(), version);
+        if self.buffered && existing.is_some() {
+            self.buffered = false;
+        }
+        // The claim sampled the ensemble's clock afresh: should the estimate that found the
+        // slot due have drifted ahead, the run waits for the slot's nominal instant (by the
+        // fresh sample), so that no slot starts before it by the ensemble's clock.
+        while work.trigger.is_none() && self.now() < work.nominal_ms {
+            let early = u64::try_from(work.nominal_ms.saturating_sub(self.now())).unwrap_or(0);
+            debug!(slot = %key, early_ms = early, "claimed ahead of the ensemble's clock; waiting for the slot's instant");
+            tokio::select! {
+                _ = self.term.cancelled() => return Err(Stop::TermOver),
+                _ = tokio::time::sleep(Duration::from_millis(early).min(TICK)) => {}
+            }
+        }
+        // Room for the new record within the history limit.
+        self.prune().await;
+        info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, "slot started");
+        self.emit(JobEvent::SlotStarted {
+            slot: key.clone(),
+            token,
+            attempt: work.attempt,
+            recovering: work.recovering,
+        });
+
+        let exit_code = Arc::new(Mutex::new(None));
+        let run = SlotRun {
+            slot: key.clone(),
+            nominal_ms: work.nominal_ms,
+            attempt: work.attempt,
+            recovering: work.recovering,
+            triggered: work.trigger.is_some(),
+            term: self.term.clone(),
+            exit_code: Arc::clone(&exit_code),
+        };
+        self.run_started = Some((self.now(), self.term.clock().now()));
+        let span = info_span!("slot", slot = %key, attempt = work.attempt);
+        // Aborted when dropped: if the selector aborts this loop, the run goes with it.
+        let mut task = AbortOnDrop(tokio::spawn(job.run(run).instrument(span)));
+        let end = loop {
+            let control_changed = Arc::clone(&self.control_changed);
+            tokio::select! {
+                biased;
+                joined = &mut task.0 => {
+                    break match joined {
+                        Ok(result) => RunEnd::Returned(result.map_err(|e| e.to_string())),
+                        Err(e) => RunEnd::Returned(Err(format!("the job's task failed: {e}"))),
+                    };
+                }
+                _ = self.term.cancelled() => {
+                    // The grace, but never past the term's lease: a successor may start then.
+                    let ended = self.term.ended_at().unwrap_or_else(|| self.term.clock().now());
+                    tokio::select! {
+                        biased;
+                        joined = &mut task.0 => match joined {
+                            Ok(result) => break RunEnd::Returned(result.map_err(|e| e.to_string())),
+                            Err(_) => break RunEnd::CutOff,
+                        },
+                        () = self.term.until_stop_by(ended + self.inner.grace) => {
+                            warn!(slot = %key, grace = ?self.inner.grace, "the run outlived its term and its grace (or the term's lease); aborting it");
+                            task.0.abort();
+                            break RunEnd::CutOff;
+                        }
+                    }
+                }
+                _ = control_changed.notified() => {
+                    debug!("the job's controls changed while a slot runs");
+                    if let Err(e) = self.reload_control(true).await {
+                        debug!(error = %e, "reading the controls failed");
+                    }
+                }
+                _ = tokio::time::sleep(self.until_next_slot()) => {
+                    if let Err(Stop::Failed(e)) = self.overlap().await {
+                        debug!(error = %e, "recording an overlapping slot failed");
+                    }
+                }
+            }
+        };
+        let code = exit_code.lock().ok().and_then(|c| *c);
+        let returned = matches!(end, RunEnd::Returned(_));
+        self.finish(&key, token, end, code).await?;
+        let result = if returned {
+            // Slots that came due in the last moments of the run overlapped it too.
+            self.overlap().await
+        } else {
+            Ok(())
+        };
+        self.run_started = None;
+        result
+    }
+
+    /// How long until the next slot after the cursor comes due by the ensemble's clock, at most
+    /// [`TICK`].
+    pub(super) fn until_next_slot(&self) -> Duration {
+        let now = self.now();
+        self.inner
+            .schedule
+            .next_after(now.max(self.state.cursor_ms))
+            .map_or(TICK, |next| {
+                Duration::from_millis(u64::try_from(next.saturating_sub(now)).unwrap_or(0))
+                    .min(TICK)
+            })
+    }
+
+    /// While a slot runs: the slots that have come due since are skipped or buffered
+    /// ([`plan::overlap`]).
+    pub(super) async fn overlap(&mut self) -> std::result::Result<(), Stop> {
+        let started = self.run_started.map(|(started, at)| {
+            let waited = self.term.clock().now() - at;
+            (
+                started,
+                i64::try_from(waited.as_millis()).unwrap_or(i64::MAX),
+            )
+        });
+        let running = plan::Running {
+            now: self.now(),
+            started,
+            queue: &self.queue,
+            cursor: self.state.cursor_ms,
+            paused: self.control.paused,
+            buffered: self.buffered,
+        };
+        match plan::overlap(&self.inner.schedule, &self.inner.policies, &running) {
+            OverlapPlan::Nothing => Ok(()),
+            OverlapPlan::NotRun(not_run) => self.record_not_run(not_run).await,
+            OverlapPlan::Buffer { first, now, rest } => {
+                let key = Schedule::key(first);
+                let record = SlotRecord::not_run(
+                    &key,
+                    first,
+                    SlotState::Pending,
+                    PendingReason::Buffered.as_str(),
+                    now,
+                );
+                let mut next = self.state.clone();
+                next.cursor_ms = first;
+                self.write_state(
+                    next,
+                    vec![FencedOp::create(self.slot_path(&key), record.to_bytes())],
+                )
+                .await?;
+                self.remember(&key, record, Some(0));
+                self.buffered = true;
+                info!(slot = %key, "slot buffered behind the running one");
+                self.queue.push_back(Work::first_run(first));
+                if let Some(rest) = rest {
+                    self.record_not_run(rest).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Records how a run ended, fenced; a refusal leaves the slot `running` for the next leader.
+    pub(super) async fn finish(
+        &mut self,
+        key: &str,
+        token: FencingToken,
+        end: RunEnd,
+        exit_code: Option<i32>,
+    ) -> std::result::Result<(), Stop> {
+        let (state, error) = plan::outcome(end);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let Some((mut record, version)) = self.records.get(key).cloned() else {
+                return Ok(());
+            };
+            record.state = state;
+            record.ended_ms = Some(self.now());
+            record.exit_code = exit_code;
+            record.error = error.clone();
+            let result = self
+                .fenced(vec![FencedOp::SetData {
+                    path: self.slot_path(key),
+                    data: record.to_bytes(),
+                    version: Some(version),
+                }])
+                .await;
+            match result {
+                Ok(results) => {
+                    let v = new_version(&results, 0);
+                    self.remember(key, record, v);
+                    info!(slot = %key, token = %token, outcome = state.as_str(), exit_code, "slot finished");
+                    self.emit(JobEvent::SlotFinished {
+                        slot: key.to_owned(),
+                        outcome: state,
+                        exit_code,
+                        reason: error,
+                    });
+                    self.prune().await;
+                    return Ok(());
+                }
+                Err(e @ (Error::ConnectionLoss | Error::Timeout(_))) if attempts < 20 => {
+                    // The reply was lost: see what the record says now, and write again if it
+                    // is still ours and running.
+                    debug!(slot = %key, error = %e, "recording the slot's end failed; retrying");
+                    tokio::select! {
+                        _ = self.term.cancelled() => {}
+                        _ = tokio::time::sleep(crate::session::retry_backoff(attempts, TICK)) => {}
+                    }
+                    if let Ok(client) = self.inner.session.client()
+                        && let Ok((data, stat)) = client.get_data(&self.slot_path(key)).await
+                        && let Ok(now) = SlotRecord::from_bytes(key, &data)
+                    {
+                        let still_ours =
+                            now.state == SlotState::Running && now.token == Some(token.get());
+                        self.remember(key, now, Some(stat.version));
+                        if !still_ours {
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(slot = %key, token = %token, error = %e, "the slot's end was not recorded; it stays running for the next leader");
+                    self.emit(JobEvent::SlotAbandoned {
+                        slot: key.to_owned(),
+                        token,
+                        reason: e.to_string(),
+                    });
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Deletes the oldest settled records beyond the history limit or age (best effort).
+    pub(super) async fn prune(&mut self) {
+        let limit = self.inner.policies.history_limit;
+        let max_age =
+            i64::try_from(self.inner.policies.history_max_age.as_millis()).unwrap_or(i64::MAX);
+        let doomed = plan::prune(&self.records, limit, max_age, self.now());
+        for batch in doomed.chunks(50) {
+            let ops: Vec<FencedOp> = batch
+                .iter()
+                .map(|(k, v)| FencedOp::Delete {
+                    path: self.slot_path(k),
+                    version: Some(*v),
+                })
+                .collect();
+            match self.fenced(ops).await {
+                Ok(_) => {
+                    for (k, _) in batch {
+                        self.records.remove(k);
+                    }
+                    debug!(deleted = batch.len(), "pruned the job's history");
+                }
+                Err(e) => {
+                    debug!(error = %e, "pruning the job's history failed; next time");
+                    return;
+                }
+            }
+        }
+    }
+}
