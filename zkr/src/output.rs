@@ -1,11 +1,23 @@
-//! The JSON that `zkr participants` and `zkr cron status` print: zkr's own shapes, so that the
-//! library's types carry no serialization for the CLI. The field names are a contract (scripts
-//! parse them): keep them, and add fields only.
+//! What zkr prints, and how. The field names are a contract (scripts parse them): keep them,
+//! and add fields only.
+//!
+//! - [`Event`]: the event lines, one JSON object per line and flushed at once ([`Out`]), on
+//!   stdout for `latch`, `watch` and `pool`, on stderr for `run`, `lock` and `cron run`; the
+//!   `print_*_event` functions turn the recipes' events into them.
+//! - The JSON that `zkr participants` and `zkr cron status` print: zkr's own shapes, so that the
+//!   library's types carry no serialization for the CLI.
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use zookeeper_recipes::Participant;
-use zookeeper_recipes::job::{JobStatus, SlotRecord};
+use zookeeper_recipes::job::{JobEvent, JobStatus, SlotRecord};
+use zookeeper_recipes::{
+    BootTime, LatchEvent, LeaderLatch, Leadership, ObserverEvent, Participant, PoolEvent,
+    SessionStatus,
+};
 
+use crate::mono::MonotonicTime;
 /// One element of `zkr participants`: `{"id":"replica-1","leader":true}`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ParticipantLine<'a> {
@@ -47,6 +59,411 @@ impl<'a> From<&'a JobStatus> for StatusLine<'a> {
             open: &s.open,
             last: s.last.as_ref(),
         }
+    }
+}
+
+/// One output line.
+#[derive(Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub(crate) enum Event<'a> {
+    Leader {
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        ts_ms: u64,
+        /// Absent on `watch`'s lines: an observer does not know when another process's term
+        /// began.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        started_mono_ns: Option<u64>,
+        /// The same instant on `CLOCK_BOOTTIME`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        started_boot_ns: Option<u64>,
+    },
+    NotLeader {
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        reason: &'a str,
+        ts_ms: u64,
+        ended_mono_ns: u64,
+        /// The same instant on `CLOCK_BOOTTIME`.
+        ended_boot_ns: u64,
+    },
+    State {
+        state: &'a str,
+        id: &'a str,
+        path: Option<&'a str>,
+        ts_ms: u64,
+    },
+    NoLeader {
+        ts_ms: u64,
+    },
+    /// A `leader` line of `pool`: one per job term.
+    #[serde(rename = "leader")]
+    JobLeader {
+        job: &'a str,
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        since_ms: u64,
+        ts_ms: u64,
+    },
+    /// A `not_leader` line of `pool`.
+    #[serde(rename = "not_leader")]
+    JobNotLeader {
+        job: &'a str,
+        id: &'a str,
+        token: i64,
+        path: &'a str,
+        reason: &'a str,
+        until_ms: u64,
+        ts_ms: u64,
+    },
+    /// The assignment a `pool` member read: its own jobs and all members.
+    Assignment {
+        jobs: Vec<&'a str>,
+        members: &'a [String],
+        ts_ms: u64,
+    },
+    /// A `state` line of `watch`, which has no id and no node of its own.
+    #[serde(rename = "state")]
+    ObserverState {
+        state: &'a str,
+        ts_ms: u64,
+    },
+    CmdStarted {
+        pid: u32,
+        token: i64,
+        ts_ms: u64,
+    },
+    CmdSignalled {
+        signal: &'a str,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    CmdExited {
+        code: i32,
+        ts_ms: u64,
+    },
+    /// `cron run`: this replica claimed a slot and starts CMD for it.
+    SlotStarted {
+        slot: &'a str,
+        token: i64,
+        attempt: u32,
+        recovering: bool,
+        ts_ms: u64,
+    },
+    /// `cron run`: a slot's end was recorded (`parked`/`failed` without a run for a cut-off
+    /// slot a new leader found; `reason` says why).
+    SlotFinished {
+        slot: &'a str,
+        outcome: &'a str,
+        exit_code: Option<i32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<&'a str>,
+        ts_ms: u64,
+    },
+    SlotSkipped {
+        slot: &'a str,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    SlotMissed {
+        from: &'a str,
+        to: &'a str,
+        count: u64,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    /// `cron run`: the record of a slot's end was refused (the term was over): the slot stays
+    /// `running` for the next leader.
+    SlotAbandoned {
+        slot: &'a str,
+        token: i64,
+        reason: &'a str,
+        ts_ms: u64,
+    },
+    ScheduleChanged {
+        from: &'a str,
+        to: &'a str,
+        ts_ms: u64,
+    },
+    /// `cron run`: the leader saw an operator's pause; it starts no slot but triggers.
+    JobPaused {
+        ts_ms: u64,
+    },
+    /// `cron run`: the leader saw the resume.
+    JobResumed {
+        ts_ms: u64,
+    },
+    /// `cron run`: this host's wall clock is off the ensemble's by more than the tolerance; the
+    /// replica took up no slot and gave up its term.
+    ClockSkew {
+        offset_ms: i64,
+        tolerance_ms: u64,
+        ts_ms: u64,
+    },
+    /// `cron run`: the job's cursor was found in the future by the ensemble's clock and brought
+    /// back.
+    CursorRewound {
+        from: &'a str,
+        to: &'a str,
+        ts_ms: u64,
+    },
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds at boot time `at`.
+pub(crate) fn mono_ns(at: BootTime) -> u64 {
+    MonotonicTime::from_boot(at).as_nanos()
+}
+
+/// When `term` stopped being valid; for a term not ended yet, now or its deadline if earlier.
+pub(crate) fn term_end(term: &Leadership) -> BootTime {
+    term.ended_at()
+        .unwrap_or_else(|| term.clock().now().min(term.valid_until()))
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Where event lines go.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Out {
+    Stdout,
+    Stderr,
+}
+
+impl Out {
+    /// Writes one event as one line and flushes it.
+    pub(crate) fn emit(self, event: &Event<'_>) -> std::io::Result<()> {
+        let mut value = serde_json::to_value(event).map_err(std::io::Error::other)?;
+        if let serde_json::Value::Object(fields) = &mut value {
+            fields.insert("mono_ns".to_owned(), MonotonicTime::now().as_nanos().into());
+            fields.insert("boot_ns".to_owned(), BootTime::now().as_nanos().into());
+        }
+        let mut line = serde_json::to_vec(&value).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        match self {
+            Out::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&line)?;
+                out.flush()
+            }
+            Out::Stderr => {
+                let mut out = std::io::stderr().lock();
+                out.write_all(&line)?;
+                out.flush()
+            }
+        }
+    }
+
+    /// [`emit`](Self::emit) for output nobody may be reading (stderr of run and lock): a write
+    /// error must not stop the supervision of CMD.
+    pub(crate) fn emit_best_effort(self, event: &Event<'_>) {
+        let _ = self.emit(event);
+    }
+
+    pub(crate) fn state(self, status: &SessionStatus, id: &str, path: Option<&str>) {
+        if let Some(state) = status.state {
+            self.emit_best_effort(&Event::State {
+                state: state.as_str(),
+                id,
+                path,
+                ts_ms: now_ms(),
+            });
+        }
+    }
+}
+
+pub(crate) fn print_latch_event(
+    latch: &LeaderLatch,
+    event: &LatchEvent,
+    current: &mut Option<Leadership>,
+) -> std::io::Result<()> {
+    let id = latch.id();
+    match event {
+        LatchEvent::Leader(term) => {
+            *current = Some(term.clone());
+            Out::Stdout.emit(&Event::Leader {
+                id,
+                token: term.token().get(),
+                path: term.path(),
+                ts_ms: now_ms(),
+                started_mono_ns: Some(mono_ns(term.started_at())),
+                started_boot_ns: Some(term.started_at().as_nanos()),
+            })
+        }
+        LatchEvent::NotLeader { token, reason } => {
+            // The term this ends is the last one reported (events come in order).
+            let term = current.take().filter(|t| t.token() == *token);
+            let path = term
+                .as_ref()
+                .map(|t| t.path().to_owned())
+                .or_else(|| latch.our_path())
+                .unwrap_or_default();
+            let ended = term.as_ref().map_or_else(BootTime::now, term_end);
+            Out::Stdout.emit(&Event::NotLeader {
+                id,
+                token: token.get(),
+                path: &path,
+                reason: reason.as_str(),
+                ts_ms: now_ms(),
+                ended_mono_ns: mono_ns(ended),
+                ended_boot_ns: ended.as_nanos(),
+            })
+        }
+        LatchEvent::State(state) => {
+            let path = latch.our_path();
+            Out::Stdout.emit(&Event::State {
+                state: state.as_str(),
+                id,
+                path: path.as_deref(),
+                ts_ms: now_ms(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Wall-clock milliseconds of a past instant.
+fn wall_ms(at: BootTime) -> u64 {
+    let ago = u64::try_from(BootTime::now().saturating_duration_since(at).as_millis())
+        .unwrap_or(u64::MAX);
+    now_ms().saturating_sub(ago)
+}
+
+pub(crate) fn print_pool_event(id: &str, event: &PoolEvent) -> std::io::Result<()> {
+    match event {
+        PoolEvent::Leader { job, term } => Out::Stdout.emit(&Event::JobLeader {
+            job,
+            id,
+            token: term.token().get(),
+            path: term.path(),
+            since_ms: wall_ms(term.started_at()),
+            ts_ms: now_ms(),
+        }),
+        PoolEvent::NotLeader { job, term, reason } => Out::Stdout.emit(&Event::JobNotLeader {
+            job,
+            id,
+            token: term.token().get(),
+            path: term.path(),
+            reason: reason.as_str(),
+            until_ms: wall_ms(term.ended_at().unwrap_or_else(BootTime::now)),
+            ts_ms: now_ms(),
+        }),
+        PoolEvent::Assignment(a) => Out::Stdout.emit(&Event::Assignment {
+            jobs: a.jobs_of(id),
+            members: &a.members,
+            ts_ms: now_ms(),
+        }),
+        PoolEvent::State(state) => Out::Stdout.emit(&Event::State {
+            state: state.as_str(),
+            id,
+            path: None,
+            ts_ms: now_ms(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn print_observer_event(event: &ObserverEvent) -> std::io::Result<()> {
+    match event {
+        ObserverEvent::Leader(leader) => Out::Stdout.emit(&Event::Leader {
+            id: &leader.id,
+            token: leader.token.get(),
+            path: &leader.node,
+            ts_ms: now_ms(),
+            started_mono_ns: None,
+            started_boot_ns: None,
+        }),
+        ObserverEvent::NoLeader => Out::Stdout.emit(&Event::NoLeader { ts_ms: now_ms() }),
+        ObserverEvent::State(state) => Out::Stdout.emit(&Event::ObserverState {
+            state: state.as_str(),
+            ts_ms: now_ms(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn print_job_event(event: &JobEvent) {
+    let out = Out::Stderr;
+    let ts_ms = now_ms();
+    match event {
+        JobEvent::SlotStarted {
+            slot,
+            token,
+            attempt,
+            recovering,
+        } => out.emit_best_effort(&Event::SlotStarted {
+            slot,
+            token: token.get(),
+            attempt: *attempt,
+            recovering: *recovering,
+            ts_ms,
+        }),
+        JobEvent::SlotFinished {
+            slot,
+            outcome,
+            exit_code,
+            reason,
+        } => out.emit_best_effort(&Event::SlotFinished {
+            slot,
+            outcome: outcome.as_str(),
+            exit_code: *exit_code,
+            reason: reason.as_deref(),
+            ts_ms,
+        }),
+        JobEvent::SlotSkipped { slot, reason } => out.emit_best_effort(&Event::SlotSkipped {
+            slot,
+            reason,
+            ts_ms,
+        }),
+        JobEvent::SlotMissed {
+            from,
+            to,
+            count,
+            reason,
+        } => out.emit_best_effort(&Event::SlotMissed {
+            from,
+            to,
+            count: *count,
+            reason,
+            ts_ms,
+        }),
+        JobEvent::SlotAbandoned {
+            slot,
+            token,
+            reason,
+        } => out.emit_best_effort(&Event::SlotAbandoned {
+            slot,
+            token: token.get(),
+            reason,
+            ts_ms,
+        }),
+        JobEvent::ScheduleChanged { from, to } => {
+            out.emit_best_effort(&Event::ScheduleChanged { from, to, ts_ms });
+        }
+        JobEvent::PauseChanged { paused: true } => {
+            out.emit_best_effort(&Event::JobPaused { ts_ms })
+        }
+        JobEvent::PauseChanged { paused: false } => {
+            out.emit_best_effort(&Event::JobResumed { ts_ms });
+        }
+        JobEvent::ClockSkew {
+            offset_ms,
+            tolerance_ms,
+        } => out.emit_best_effort(&Event::ClockSkew {
+            offset_ms: *offset_ms,
+            tolerance_ms: *tolerance_ms,
+            ts_ms,
+        }),
+        JobEvent::CursorRewound { from, to } => {
+            out.emit_best_effort(&Event::CursorRewound { from, to, ts_ms });
+        }
+        _ => {}
     }
 }
 

@@ -1,0 +1,374 @@
+//! The command line: clap's definitions of every subcommand and flag, and the checks an
+//! argument gets before zkr connects (paths, ids, durations, the schedule, `--grace`).
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use zookeeper_recipes::ErrorPolicy;
+use zookeeper_recipes::job::Schedule;
+
+use crate::Fail;
+use crate::conn::Conn;
+
+/// Apache Curator's ZooKeeper recipes from the shell: leader latches, singleton commands, locks.
+#[derive(Debug, Parser)]
+#[command(name = "zkr", version, after_long_help = include_str!("../HELP.md"))]
+pub(crate) struct Cli {
+    /// ZooKeeper connect string `host:port[,host:port...][/chroot]` [default: $ZK_CONNECT, else
+    /// 127.0.0.1:2181]
+    #[arg(long, value_name = "HOSTS", global = true)]
+    pub(crate) connect: Option<String>,
+
+    /// The session timeout to ask the server for (humantime: 3s, 500ms)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+        default_value = "10s", global = true)]
+    pub(crate) session_timeout: Duration,
+
+    /// The servers' tickTime, which the lease's deadline depends on [default: assumed: 2s, at
+    /// most a third of the session timeout, with a warning in the log]. A larger value is
+    /// always safe; a smaller one than the servers' is not
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, global = true)]
+    pub(crate) server_tick_time: Option<Duration>,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Join a LeaderLatch and print its events as JSON lines on stdout until SIGINT/SIGTERM
+    Latch {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+        /// Participant id [default: HOSTNAME-PID-RANDOM]
+        #[arg(long, value_parser = parse_id)]
+        id: Option<String>,
+        #[command(flatten)]
+        policy: PolicyArg,
+    },
+    /// Print the participants of a latch, selector or lock path as a JSON array, in election order
+    Participants {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+    },
+    /// Print the leader's id (an empty line when there is none)
+    Leader {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+    },
+    /// Follow who leads PATH without standing (a LeaderObserver); one JSON line per change
+    ///
+    /// Takes no --error-policy: an observer holds no term for a connection state to end. It
+    /// prints its own connection's state lines instead; after a `state` line other than
+    /// `reconnected`, the last leader line is unconfirmed until the next `reconnected`.
+    Watch {
+        /// Election path (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        path: String,
+        /// The contenders' lock name: `latch-` (LeaderLatch) or `lock-` (LeaderSelector,
+        /// InterProcessMutex) [default: latch- if any child is a latch node, else lock-]
+        #[arg(long, value_name = "NAME")]
+        lock_name: Option<String>,
+    },
+    /// Be a member of a LeaderPool: lead a fair share of the jobs, print the events (stdout)
+    Pool {
+        /// Pool root (absolute, or a name under /election)
+        #[arg(value_parser = parse_path)]
+        root: String,
+        /// The pool's jobs, comma-separated (every member must be given the same)
+        #[arg(
+            long,
+            value_delimiter = ',',
+            required = true,
+            value_name = "JOB,JOB..."
+        )]
+        jobs: Vec<String>,
+        /// Member id [default: HOSTNAME-PID-RANDOM]
+        #[arg(long, value_parser = parse_id)]
+        id: Option<String>,
+        #[command(flatten)]
+        policy: PolicyArg,
+    },
+    /// Run CMD while leader (a LeaderSelector); stop it the moment leadership is lost
+    Run(RunArgs),
+    /// Run CMD while holding an InterProcessMutex, like flock(1) across machines
+    Lock(LockArgs),
+    /// A scheduled job (ScheduledJob): run CMD once per slot on one replica; inspect and steer it
+    #[command(subcommand)]
+    Cron(CronCommand),
+    /// The parent-death shim: `__exec <supervisor pid> -- CMD [ARGS...]`
+    #[command(name = "__exec", hide = true)]
+    Exec {
+        /// The pid of the zkr that started this shim
+        parent: i32,
+        /// The command to become
+        #[arg(last = true, required = true, value_name = "CMD")]
+        argv: Vec<OsString>,
+    },
+}
+
+/// What `run` and `lock` share: who takes part, and the command they supervise.
+#[derive(Debug, Args)]
+pub(crate) struct SupervisedArgs {
+    /// Participant id [default: HOSTNAME-PID-RANDOM]
+    #[arg(long, value_parser = parse_id)]
+    pub(crate) id: Option<String>,
+    /// Time between SIGTERM and SIGKILL to CMD's process group, at most until the term's lease
+    /// passes (a successor may start then). It must fit in the lease the session timeout
+    /// leaves (2.75s for the default 10s with a 2s tick): a longer one is refused (exit 2)
+    /// [default: 5s, lowered to half that limit]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) grace: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArg,
+    /// The command and its arguments (after `--`)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Election path (absolute, or a name under /election)
+    #[arg(value_parser = parse_path)]
+    pub(crate) path: String,
+    /// Rejoin the election after each term and run CMD again the next time this leads
+    #[arg(long)]
+    pub(crate) requeue: bool,
+    #[command(flatten)]
+    pub(crate) supervised: SupervisedArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LockArgs {
+    /// Lock path (absolute, or a name under /election)
+    #[arg(value_parser = parse_path)]
+    pub(crate) path: String,
+    /// Give up after this long without the lock (exit 75) [default: wait for ever]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) supervised: SupervisedArgs,
+}
+
+/// `zkr cron ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum CronCommand {
+    /// Stand for the job; while leader, run CMD once per due slot, supervised as `run` does
+    Run(CronRunArgs),
+    /// The recorded slots, newest first, as a JSON array
+    History {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+        /// At most this many slots
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+    },
+    /// The job's state as a JSON object: schedule, paused, leader, cursor, open slots, last slot
+    Status {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Ask the leader to run the job now as an extra slot `trigger-N`; prints N
+    Trigger {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Pause the job: the leader records due slots skipped (`paused`) until `resume`
+    Pause {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Resume a paused job (the slots skipped meanwhile stay skipped)
+    Resume {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Resolve a parked slot: `--done` records it succeeded, `--rerun` has the leader run it again
+    Resolve {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+        /// The parked slot's key, as `history` prints it
+        slot: String,
+        #[command(flatten)]
+        resolution: ResolutionArg,
+    },
+}
+
+/// `--done` or `--rerun`, exactly one.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ResolutionArg {
+    /// The work was done (checked by hand): record the slot succeeded
+    #[arg(long)]
+    pub(crate) done: bool,
+    /// Run the slot again (attempt + 1)
+    #[arg(long)]
+    pub(crate) rerun: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("schedule").required(true).args(["every", "cron"])))]
+pub(crate) struct CronRunArgs {
+    /// Job path (absolute, or a name under /cron)
+    #[arg(value_parser = parse_cron_path)]
+    pub(crate) path: String,
+    /// Slots every DURATION, on the Unix epoch's grid (`1m`: on the minute, UTC)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) every: Option<Duration>,
+    /// Slots at the instants of a cron expression in --tz (five fields, or six with seconds
+    /// first)
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) cron: Option<String>,
+    /// The IANA time zone of --cron [default: UTC]
+    #[arg(long, value_name = "ZONE", conflicts_with = "every")]
+    pub(crate) tz: Option<String>,
+    /// Slots that came due while no replica ran the job: run the newest (latest), every one in
+    /// order (all), or none; the others are recorded missed
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = CatchUpArg::Latest)]
+    pub(crate) catch_up: CatchUpArg,
+    /// A slot that comes due while the previous one runs: record it skipped, or run the first
+    /// such slot afterwards (buffer-one)
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = OverlapArg::Skip)]
+    pub(crate) overlap: OverlapArg,
+    /// A slot cut off by a crash or a lost term: run it again on the next leader (retry, up to
+    /// --max-attempts), record it failed, or park it until `zkr cron resolve`
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = OnCrashArg::Retry)]
+    pub(crate) on_crash: OnCrashArg,
+    /// How many times a slot is started at most under --on-crash retry
+    #[arg(long, value_name = "N", default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) max_attempts: u32,
+    /// On SIGINT/SIGTERM while CMD runs a slot: start no more slots and let CMD finish for up to
+    /// DURATION (its end is recorded), then leave; after DURATION, stop CMD as without --drain
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) drain: Option<Duration>,
+    /// How far this host's wall clock may be off the ensemble's: further, and this replica runs
+    /// no slot and gives up its term (a `clock_skew` line) [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub(crate) clock_tolerance: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) supervised: SupervisedArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CatchUpArg {
+    Latest,
+    All,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OverlapArg {
+    Skip,
+    BufferOne,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OnCrashArg {
+    Retry,
+    Fail,
+    Park,
+}
+
+impl CronRunArgs {
+    /// The schedule, checked before anything connects (the typed error's text on failure).
+    pub(crate) fn schedule(&self) -> Result<Schedule, Fail> {
+        let schedule = match (&self.cron, self.every) {
+            (Some(expr), _) => Schedule::cron(expr, self.tz.as_deref().unwrap_or("UTC")),
+            (None, Some(period)) => Schedule::every(period),
+            (None, None) => return Err(Fail("give --every or --cron".into())),
+        };
+        schedule.map_err(|e| Fail(e.to_string()))
+    }
+}
+
+/// `--error-policy`, for the subcommands that hold a term.
+#[derive(Debug, Args)]
+pub(crate) struct PolicyArg {
+    /// Which connection states end a term: `standard` (a suspended connection already does,
+    /// Curator's default) or `session-expired` (only a lost session, or the term's deadline
+    /// passing, does)
+    #[arg(long, value_enum, value_name = "POLICY", default_value_t = Policy::Standard)]
+    error_policy: Policy,
+}
+
+/// The values of `--error-policy`: [`ErrorPolicy`]'s variants, as Curator names its policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Policy {
+    /// Curator's StandardConnectionStateErrorPolicy: SUSPENDED and LOST end a term
+    Standard,
+    /// Curator's SessionConnectionStateErrorPolicy: only LOST ends a term
+    SessionExpired,
+}
+
+impl PolicyArg {
+    pub(crate) fn policy(&self) -> ErrorPolicy {
+        match self.error_policy {
+            Policy::Standard => ErrorPolicy::Standard,
+            Policy::SessionExpired => ErrorPolicy::SessionExpired,
+        }
+    }
+}
+
+fn parse_path(s: &str) -> Result<String, String> {
+    zookeeper_recipes::path::election_path(s).map_err(|e| e.to_string())
+}
+
+/// A job path: absolute, or a name under `/cron`.
+fn parse_cron_path(s: &str) -> Result<String, String> {
+    let path = if s.starts_with('/') {
+        s.to_owned()
+    } else {
+        format!("/cron/{s}")
+    };
+    zookeeper_recipes::path::validate_path(&path).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+fn parse_id(s: &str) -> Result<String, String> {
+    zookeeper_recipes::path::validate_id(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("must be greater than zero".to_owned()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// CMD's grace: `--grace` when it fits in the lease the session timeout leaves, else a usage
+/// error; without `--grace`, 5 s or the limit, whichever is shorter.
+pub(crate) fn resolve_grace(
+    conn: &Conn,
+    session_timeout: Duration,
+    asked: Option<Duration>,
+) -> Result<Duration, String> {
+    let limit = conn.builder(session_timeout).grace_limit();
+    match asked {
+        Some(grace) if grace > limit => Err(format!(
+            "--grace {} does not fit in the lease of a {} session: at most {} (the timeout minus the lease margin, a tick and a half, and three heartbeats); lower --grace or raise --session-timeout",
+            humantime::format_duration(grace),
+            humantime::format_duration(session_timeout),
+            humantime::format_duration(limit)
+        )),
+        Some(grace) => Ok(grace),
+        None => Ok(conn.builder(session_timeout).default_grace()),
+    }
+}

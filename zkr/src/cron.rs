@@ -1,0 +1,540 @@
+//! `zkr cron ...`: `cron run` stands for a scheduled job (a ScheduledJob) and runs CMD once per
+//! due slot while it leads; `history`, `status`, `trigger`, `pause`, `resume` and `resolve`
+//! read and steer the job (a JobAdmin) without a stake in its election.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use zookeeper_recipes::job::{
+    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, ScheduledJob, SlotRun,
+};
+use zookeeper_recipes::{Leadership, Session, SessionStatus};
+
+use crate::Fail;
+use crate::args::{CatchUpArg, CronCommand, CronRunArgs, OnCrashArg, OverlapArg};
+use crate::conn::{Conn, close_session, connect};
+use crate::output::{self, Out, print_job_event};
+use crate::signals::Signals;
+use crate::supervise::{self as process, Outcome, ProcessError, StopReason, SupervisedCommand};
+use crate::term::{TermReport, command_spec, exit_code, term_end_reason};
+
+/// The slot key `cron run` gives CMD.
+const ENV_SLOT: &str = "ZK_SLOT";
+/// The attempt (1 for a slot's first run) `cron run` gives CMD.
+const ENV_ATTEMPT: &str = "ZK_ATTEMPT";
+/// `1` when the slot was cut off before (or an operator released it) and is run again, else `0`.
+const ENV_RECOVERING: &str = "ZK_RECOVERING";
+
+/// A slot the job hands to zkr's main task, and where the main task answers how CMD ended.
+type SlotRequest = (SlotRun, SlotAnswer);
+
+/// Where the main task answers how a slot's CMD ended (`Err`: the slot failed, and why).
+type SlotAnswer = oneshot::Sender<Result<(), String>>;
+
+/// What `cron run` answers for a slot whose CMD never ran because zkr is going away.
+const SHUTTING_DOWN: &str = "zkr is shutting down: CMD was not started";
+
+fn same_term(a: &Leadership, b: &Leadership) -> bool {
+    a.token() == b.token() && a.path() == b.path()
+}
+
+/// The job's terms as `cron run` reports them: a `leader` line when one begins and one
+/// `not_leader` line when it ends (written by whoever notices first: the supervisor of a
+/// running CMD, the term's end, or the job's watch of its leadership).
+struct Terms<'a> {
+    session: &'a Session,
+    id: &'a str,
+    /// The term of the last `leader` line, and whether its `not_leader` line was written.
+    current: Option<(Leadership, bool)>,
+}
+
+impl<'a> Terms<'a> {
+    fn report<'t>(&self, term: &'t Leadership, not_leader_sent: bool) -> TermReport<'t>
+    where
+        'a: 't,
+    {
+        TermReport {
+            out: Out::Stderr,
+            session: self.session,
+            id: self.id,
+            term,
+            not_leader_sent: Cell::new(not_leader_sent),
+        }
+    }
+
+    /// Follows the job's term to `next`: `not_leader` for the term that is over (unless it was
+    /// written already), `leader` for a new one.
+    fn follow(&mut self, next: Option<&Leadership>) {
+        if let (Some((current, _)), Some(next)) = (&self.current, next)
+            && same_term(current, next)
+        {
+            return;
+        }
+        self.end_current();
+        self.current = None;
+        if let Some(next) = next {
+            self.report(next, false).leader();
+            self.current = Some((next.clone(), false));
+        }
+    }
+
+    /// `not_leader` for the current term, unless it was written already.
+    fn end_current(&mut self) {
+        if let Some((term, sent)) = &self.current
+            && !*sent
+        {
+            let report = self.report(term, false);
+            report.not_leader(term_end_reason(self.session, term, StopReason::TermEnded));
+        }
+        if let Some((_, sent)) = &mut self.current {
+            *sent = true;
+        }
+    }
+
+    /// The current term while its `not_leader` line is still to be written.
+    fn live(&self) -> Option<&Leadership> {
+        self.current
+            .as_ref()
+            .filter(|(_, sent)| !*sent)
+            .map(|(t, _)| t)
+    }
+
+    fn path(&self) -> Option<&str> {
+        self.current.as_ref().map(|(t, _)| t.path())
+    }
+}
+
+/// The job's events, printed as they come; `None` once the job is gone.
+async fn next_job_event(events: &mut broadcast::Receiver<JobEvent>) -> Option<JobEvent> {
+    loop {
+        match events.recv().await {
+            Ok(event) => return Some(event),
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(missed = n, "zkr fell behind the job's events");
+            }
+            Err(broadcast::error::RecvError::Closed) => return None,
+        }
+    }
+}
+
+/// Prints the job's events that have arrived by now (before a slot's CMD starts, so that its
+/// `slot_started` comes first).
+fn print_arrived(events: &mut broadcast::Receiver<JobEvent>) {
+    loop {
+        match events.try_recv() {
+            Ok(event) => print_job_event(&event),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Why the job stopped standing for good, if it did.
+fn job_stopped(job: &ScheduledJob) -> Option<Fail> {
+    job.is_stopped().then(|| match job.failure() {
+        Some(e) => Fail(format!("the scheduled job stopped: {e}")),
+        None => Fail("the scheduled job stopped unexpectedly".into()),
+    })
+}
+
+/// A drain begun on SIGINT/SIGTERM (`--drain`): the job's drain, which leaves once the slot's
+/// end is recorded.
+type Draining<'a> = Pin<Box<dyn Future<Output = zookeeper_recipes::Result<()>> + Send + 'a>>;
+
+/// Supervises one slot's CMD as `supervise` does for `run` (the supervisor polled first, so
+/// CMD is signalled before anything else is written after a freeze), and prints the job's
+/// events meanwhile (slots skipped because this one still runs).
+///
+/// SIGINT/SIGTERM stop CMD at once (`shutdown`), or with `--drain` begin the job's drain into
+/// `draining` and stop CMD only once the drain's time is up.
+#[allow(clippy::too_many_arguments)]
+async fn supervise_slot<'j, S>(
+    report: &TermReport<'_>,
+    supervisor: &SupervisedCommand,
+    shutdown: &CancellationToken,
+    signals: &mut Signals,
+    states: &mut S,
+    events: &mut broadcast::Receiver<JobEvent>,
+    job: &'j ScheduledJob,
+    drain: Option<Duration>,
+    draining: &mut Option<Draining<'j>>,
+) -> Result<Outcome, ProcessError>
+where
+    S: Stream<Item = SessionStatus> + Unpin,
+{
+    let run = supervisor.run(report.term, |event| report.process_event(event));
+    tokio::pin!(run);
+    let mut events_open = true;
+    let drain_over = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(drain_over);
+    loop {
+        tokio::select! {
+            biased;
+            outcome = &mut run => return outcome,
+            _ = signals.recv(), if !shutdown.is_cancelled() => match drain {
+                Some(timeout) if draining.is_none() => {
+                    tracing::info!(timeout = ?timeout, "draining: CMD may finish its slot; no slot starts after it");
+                    *draining = Some(Box::pin(job.drain(timeout)));
+                    drain_over.as_mut().reset(tokio::time::Instant::now() + timeout);
+                }
+                // No drain, or a second signal during one: stop CMD now.
+                _ => shutdown.cancel(),
+            },
+            _ = &mut drain_over, if draining.is_some() && !shutdown.is_cancelled() => {
+                tracing::warn!("the drain's time is up: stopping CMD");
+                shutdown.cancel();
+            }
+            Some(status) = states.next() => {
+                report.out.state(&status, report.id, Some(report.term.path()));
+            }
+            event = next_job_event(events), if events_open => match event {
+                Some(event) => print_job_event(&event),
+                None => events_open = false,
+            },
+        }
+    }
+}
+
+pub(crate) async fn cron_run(
+    conn: &Conn,
+    session_timeout: Duration,
+    grace: Duration,
+    args: CronRunArgs,
+) -> Result<ExitCode, Fail> {
+    // Before anything connects: a bad expression, zone or interval is the caller's to fix.
+    let schedule = args.schedule()?;
+    let mut signals = Signals::new()?;
+    let cmd = command_spec(args.supervised.command)?;
+    if let Err(e) = process::become_child_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
+    }
+    let session = connect(conn, session_timeout).await?;
+
+    // The job's closure hands each slot to this task and waits for CMD's outcome: everything
+    // that prints or signals runs here, in the order it happens.
+    let (slot_tx, mut slot_rx) = mpsc::channel::<SlotRequest>(1);
+    let mut builder = ScheduledJob::builder(&session, &args.path)
+        .schedule(schedule)
+        .catch_up(match args.catch_up {
+            CatchUpArg::Latest => CatchUp::Latest,
+            CatchUpArg::All => CatchUp::All,
+            CatchUpArg::None => CatchUp::None,
+        })
+        .overlap(match args.overlap {
+            OverlapArg::Skip => Overlap::Skip,
+            OverlapArg::BufferOne => Overlap::BufferOne,
+        })
+        .on_crash(match args.on_crash {
+            OnCrashArg::Retry => OnCrash::Retry,
+            OnCrashArg::Fail => OnCrash::Fail,
+            OnCrashArg::Park => OnCrash::Park,
+        })
+        .max_attempts(args.max_attempts)
+        // zkr stops CMD itself (SIGTERM, --grace, SIGKILL, never past the lease); a term whose
+        // lease is not renewed ends CMD's grace before the lease's deadline, and the job waits
+        // beyond that, so it never aborts a run whose CMD may still be alive.
+        .stop_ahead(grace)
+        .grace(grace * 2 + Duration::from_secs(5))
+        .error_policy(args.supervised.policy.policy());
+    if let Some(id) = args.supervised.id {
+        builder = builder.id(id);
+    }
+    if let Some(tolerance) = args.clock_tolerance {
+        builder = builder.clock_tolerance(tolerance);
+    }
+    let started = match builder.build() {
+        Ok(prepared) => {
+            prepared
+                .start(move |run: SlotRun| {
+                    let slot_tx = slot_tx.clone();
+                    async move {
+                        let (done_tx, done_rx) = oneshot::channel();
+                        if slot_tx.send((run, done_tx)).await.is_err() {
+                            return Err(SHUTTING_DOWN.to_owned());
+                        }
+                        done_rx
+                            .await
+                            .unwrap_or_else(|_| Err("zkr stopped before CMD ended".to_owned()))
+                    }
+                })
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    let job = match started {
+        Ok(job) => job,
+        Err(e) => {
+            close_session(&session).await;
+            return Err(Fail(format!("cannot start the job {}: {e}", args.path)));
+        }
+    };
+    // Subscribed before the job's tasks first run (nothing awaited since `start`).
+    let mut events = job.events();
+    let mut leadership = job.leadership();
+    let id = job.id().to_owned();
+    let out = Out::Stderr;
+    let states = session.state_changes();
+    tokio::pin!(states);
+    let shutdown = CancellationToken::new();
+    let mut terms = Terms {
+        session: &session,
+        id: &id,
+        current: None,
+    };
+    let mut code = ExitCode::SUCCESS;
+    let mut failure: Option<Fail> = None;
+    // A slot whose CMD zkr stopped on SIGINT/SIGTERM: answered only once the term is over, so
+    // that its end is refused and the slot stays `running` for the next leader (a cut-off slot,
+    // as `ScheduledJob::close` has it), rather than recorded failed by CMD's exit code.
+    let mut interrupted: Option<(Leadership, SlotAnswer, Result<(), String>)> = None;
+    // `--drain`: begun by a signal while CMD ran a slot.
+    let mut draining: Option<Draining<'_>> = None;
+    let mut events_open = true;
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    loop {
+        let term_end = terms.live().map(Leadership::cancelled);
+        tokio::select! {
+            biased;
+            _ = signals.recv() => break,
+            request = slot_rx.recv() => {
+                let Some((run, done)) = request else {
+                    failure = Some(job_stopped(&job).unwrap_or_else(|| {
+                        Fail("the scheduled job stopped unexpectedly".into())
+                    }));
+                    break;
+                };
+                let term = run.leadership().clone();
+                terms.follow(Some(&term));
+                print_arrived(&mut events);
+                let spec = cmd
+                    .clone()
+                    .env(ENV_SLOT, run.slot())
+                    .env(ENV_ATTEMPT, run.attempt().to_string())
+                    .env(ENV_RECOVERING, if run.is_recovering() { "1" } else { "0" });
+                let supervisor = SupervisedCommand::new(spec)
+                    .grace(grace)
+                    .shutdown(shutdown.clone());
+                let sent = terms.current.as_ref().is_some_and(|(_, sent)| *sent);
+                let report = terms.report(&term, sent);
+                let result = supervise_slot(
+                    &report,
+                    &supervisor,
+                    &shutdown,
+                    &mut signals,
+                    &mut states,
+                    &mut events,
+                    &job,
+                    args.drain,
+                    &mut draining,
+                )
+                .await;
+                let sent = report.not_leader_sent.get();
+                if let Some((_, s)) = &mut terms.current {
+                    *s = sent;
+                }
+                let answer = match &result {
+                    Ok(outcome) => {
+                        let c = outcome.exit.code();
+                        run.set_exit_code(c);
+                        if c == 0 {
+                            Ok(())
+                        } else {
+                            Err(format!("CMD exited with code {c}"))
+                        }
+                    }
+                    Err(ProcessError::NotLeader) => {
+                        Err("the term was over before CMD could start".to_owned())
+                    }
+                    Err(e) => Err(format!("CMD did not run: {e}")),
+                };
+                if shutdown.is_cancelled() {
+                    // CMD was running when the signal came: exit with its code.
+                    if let Ok(outcome) = &result {
+                        code = exit_code(outcome.exit.code());
+                    }
+                    if matches!(&result, Ok(o) if o.stopped == Some(StopReason::Shutdown)) {
+                        interrupted = Some((term, done, answer));
+                    } else {
+                        let _ = done.send(answer);
+                    }
+                    break;
+                }
+                if draining.is_some() {
+                    // CMD finished its slot within the drain: its end is recorded as usual,
+                    // and the drain leaves once it is.
+                    if let Ok(outcome) = &result {
+                        code = exit_code(outcome.exit.code());
+                    }
+                    let _ = done.send(answer);
+                    break;
+                }
+                let _ = done.send(answer);
+            }
+            changed = leadership.changed() => {
+                if changed.is_err() {
+                    failure = job_stopped(&job);
+                    break;
+                }
+                let next = leadership.borrow_and_update().clone();
+                terms.follow(next.as_ref());
+                if let Some(f) = job_stopped(&job) {
+                    failure = Some(f);
+                    break;
+                }
+            }
+            _ = async {
+                match term_end {
+                    Some(ended) => ended.await,
+                    None => std::future::pending().await,
+                }
+            } => terms.end_current(),
+            event = next_job_event(&mut events), if events_open => match event {
+                Some(event) => print_job_event(&event),
+                None => events_open = false,
+            },
+            Some(status) = states.next() => out.state(&status, &id, terms.path()),
+            _ = check.tick() => {
+                if let Some(f) = job_stopped(&job) {
+                    failure = Some(f);
+                    break;
+                }
+            }
+        }
+    }
+
+    // Leave the election: the term ends (a slot still running is cut off and stays `running`
+    // for the next leader) and our node is deleted at once. A drain whose CMD finished leaves
+    // once the slot's end is recorded; one whose CMD was stopped closes as without a drain.
+    let mut close: Draining<'_> = match draining.take() {
+        Some(drained) if !shutdown.is_cancelled() => drained,
+        _ => Box::pin(job.close()),
+    };
+    let bound = tokio::time::sleep(session_timeout + grace * 2 + Duration::from_secs(15));
+    tokio::pin!(bound);
+    let mut closed: Option<zookeeper_recipes::Result<()>> = None;
+    let mut requests_open = true;
+    while closed.is_none() {
+        let held = interrupted.as_ref().map(|(term, ..)| term.cancelled());
+        tokio::select! {
+            biased;
+            r = &mut close => closed = Some(r),
+            _ = async {
+                match held {
+                    Some(ended) => ended.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((_, done, answer)) = interrupted.take() {
+                    let _ = done.send(answer);
+                }
+            }
+            request = slot_rx.recv(), if requests_open => match request {
+                Some((_, done)) => {
+                    let _ = done.send(Err(SHUTTING_DOWN.to_owned()));
+                }
+                None => requests_open = false,
+            },
+            event = next_job_event(&mut events), if events_open => match event {
+                Some(event) => print_job_event(&event),
+                None => events_open = false,
+            },
+            _ = &mut bound => {
+                tracing::warn!("the job did not finish closing in time");
+                break;
+            }
+        }
+    }
+    print_arrived(&mut events);
+    terms.follow(None);
+    close_session(&session).await;
+    if let Some(Err(e)) = closed {
+        failure.get_or_insert(Fail(format!("closing the job failed: {e}")));
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(code),
+    }
+}
+
+pub(crate) async fn cron_admin(
+    conn: &Conn,
+    session_timeout: Duration,
+    command: CronCommand,
+) -> Result<ExitCode, Fail> {
+    let session = connect(conn, session_timeout).await?;
+    let result = cron_admin_on(&session, command).await;
+    close_session(&session).await;
+    if let Some(text) = result? {
+        println!("{text}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One admin command; what to print on stdout.
+async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option<String>, Fail> {
+    let admin = |path: &str| JobAdmin::new(session, path).map_err(Fail::from);
+    match command {
+        CronCommand::History { path, limit } => {
+            let history = admin(&path)?
+                .history(limit)
+                .await
+                .map_err(|e| Fail(format!("cannot read the history of {path}: {e}")))?;
+            Ok(Some(serde_json::to_string(&history)?))
+        }
+        CronCommand::Status { path } => {
+            let status = admin(&path)?
+                .status()
+                .await
+                .map_err(|e| Fail(format!("cannot read the status of {path}: {e}")))?;
+            Ok(Some(serde_json::to_string(&output::StatusLine::from(
+                &status,
+            ))?))
+        }
+        CronCommand::Trigger { path } => {
+            let n = admin(&path)?
+                .trigger()
+                .await
+                .map_err(|e| Fail(format!("cannot trigger {path}: {e}")))?;
+            Ok(Some(n.to_string()))
+        }
+        CronCommand::Pause { path } => {
+            admin(&path)?
+                .pause()
+                .await
+                .map_err(|e| Fail(format!("cannot pause {path}: {e}")))?;
+            Ok(None)
+        }
+        CronCommand::Resume { path } => {
+            admin(&path)?
+                .resume()
+                .await
+                .map_err(|e| Fail(format!("cannot resume {path}: {e}")))?;
+            Ok(None)
+        }
+        CronCommand::Resolve {
+            path,
+            slot,
+            resolution,
+        } => {
+            let how = if resolution.done {
+                Resolution::Done
+            } else {
+                Resolution::Rerun
+            };
+            admin(&path)?
+                .resolve(&slot, how)
+                .await
+                .map_err(|e| Fail(format!("cannot resolve {slot} of {path}: {e}")))?;
+            Ok(None)
+        }
+        CronCommand::Run(_) => Err(Fail("cron run is not an admin command".into())),
+    }
+}
