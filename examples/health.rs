@@ -122,7 +122,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let latch = latch.start().await?;
     // Follows who leads (zookeeper_recipes_leader_changes_total counts the handovers it sees).
-    let observer = LeaderObserver::new(&session, latch.path())?;
+    let observer = LeaderObserver::builder(&session, latch.path())
+        .start()
+        .await?;
     let mut leaders = observer.watch();
     let replica = Arc::new(Replica {
         session: session.clone(),

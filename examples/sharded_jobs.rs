@@ -140,7 +140,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let watcher = Session::builder(&upstream).connect().await?;
     let mut observers = Vec::new();
     for job in jobs() {
-        observers.push(LeaderObserver::new(&watcher, format!("{ROOT}/jobs/{job}"))?);
+        observers.push(
+            LeaderObserver::builder(&watcher, format!("{ROOT}/jobs/{job}"))
+                .start()
+                .await?,
+        );
     }
     let mut truth = Truth {
         observers,

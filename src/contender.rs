@@ -1012,18 +1012,6 @@ async fn delete_own(shared: &Shared, node: &OwnNode) {
     }
 }
 
-/// A participant id for recipes built without one: `<hostname>-<pid>-<8 hex digits>`, unique
-/// and still telling an operator where the participant runs.
-pub(crate) fn default_participant_id() -> String {
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    let unique = uuid::Uuid::new_v4().simple().to_string();
-    format!("{host}-{}-{}", std::process::id(), &unique[..8])
-}
-
 /// Curator's `getParticipants()`: sorted contenders with their ids, the first existing one marked
 /// leader. A node that vanishes mid-read is skipped; a missing path gives an empty list.
 pub(crate) async fn participants(
@@ -1135,14 +1123,5 @@ mod tests {
             },
         ];
         assert_eq!(leader_of(ps).id, "a");
-    }
-
-    #[test]
-    fn default_ids_are_unique_and_non_empty() {
-        let a = default_participant_id();
-        let b = default_participant_id();
-        assert_ne!(a, b);
-        assert!(crate::path::validate_id(&a).is_ok());
-        assert!(a.contains(&std::process::id().to_string()));
     }
 }

@@ -122,6 +122,7 @@
 #![cfg_attr(not(feature = "job"), allow(rustdoc::broken_intra_doc_links))]
 
 mod acl;
+mod checks;
 mod clock;
 mod contender;
 mod error;

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use common::{StateRecorder, children, eventually, ms, session, shared_server, within, zookeeper};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acl, Acls, AuthId, CreateMode, LockPrefix, Permission};
-use zookeeper_recipes::job::JobAdmin;
+use zookeeper_recipes::job::{JobAdmin, ScheduledJob};
 use zookeeper_recipes::{
-    ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
-    Leadership, NodeAcl, SelectorState, Session, TermEnd,
+    ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver,
+    LeaderPool, LeaderSelector, Leadership, NodeAcl, SelectorState, Session, TermEnd,
 };
 use zookeeper_recipes_testing as testing;
 
@@ -151,10 +151,27 @@ async fn bad_paths_ids_and_acls_are_rejected_at_construction_by_every_recipe() {
             matches!(selector, Err(Error::InvalidPath { .. })),
             "selector {path:?}"
         );
-        let mutex = InterProcessMutex::new(&s, path);
+        let mutex = InterProcessMutex::builder(&s, path).build();
         assert!(
             matches!(mutex, Err(Error::InvalidPath { .. })),
             "mutex {path:?}"
+        );
+        let observer = LeaderObserver::builder(&s, path).start().await;
+        assert!(
+            matches!(observer, Err(Error::InvalidPath { .. })),
+            "observer {path:?}"
+        );
+        let pool = LeaderPool::builder(&s, path).jobs(["a"]).start().await;
+        assert!(
+            matches!(pool, Err(Error::InvalidPath { .. })),
+            "pool {path:?}"
+        );
+        let job = ScheduledJob::builder(&s, path)
+            .every(Duration::from_secs(60))
+            .build();
+        assert!(
+            matches!(job, Err(Error::InvalidPath { .. })),
+            "scheduled job {path:?}"
         );
     }
     let invalid_id = |r: &Result<(), Error>| {
@@ -184,6 +201,19 @@ async fn bad_paths_ids_and_acls_are_rejected_at_construction_by_every_recipe() {
             .build()
             .map(drop);
         assert!(invalid_id(&mutex), "mutex {id:?}");
+        let pool = LeaderPool::builder(&s, "/x")
+            .id(id)
+            .jobs(["a"])
+            .start()
+            .await
+            .map(drop);
+        assert!(invalid_id(&pool), "pool {id:?}");
+        let job = ScheduledJob::builder(&s, "/x")
+            .id(id)
+            .every(Duration::from_secs(60))
+            .build()
+            .map(drop);
+        assert!(invalid_id(&job), "scheduled job {id:?}");
     }
     // A creator ACL needs credentials on the session: the server would refuse every node.
     let invalid_acl = |r: &Result<(), Error>| {
@@ -209,6 +239,11 @@ async fn bad_paths_ids_and_acls_are_rejected_at_construction_by_every_recipe() {
         .acl(NodeAcl::creator_all())
         .build();
     assert!(invalid_acl(&mutex.map(drop)));
+    let job = ScheduledJob::builder(&s, "/x")
+        .acl(NodeAcl::creator_all())
+        .every(Duration::from_secs(60))
+        .build();
+    assert!(invalid_acl(&job.map(drop)));
     assert!(matches!(
         NodeAcl::new([]),
         Err(Error::InvalidArgument { .. })

@@ -1289,7 +1289,10 @@ async fn observer_follows_curator_selectors_and_latches() {
 
     // Curator selectors: `lock-` nodes (Curator queues them through its InterProcessMutex).
     let selectors = testing::unique_path("observe-curator-selector");
-    let observer = LeaderObserver::new(&rust, &selectors).unwrap();
+    let observer = LeaderObserver::builder(&rust, &selectors)
+        .start()
+        .await
+        .unwrap();
     for (name, id) in [("s1", "java-s1"), ("s2", "java-s2")] {
         assert_eq!(
             peer.cmd(&format!("selector {name} {selectors} {id} false"))
@@ -1321,7 +1324,10 @@ async fn observer_follows_curator_selectors_and_latches() {
 
     // Curator latches: `latch-` nodes.
     let latches = testing::unique_path("observe-curator-latch");
-    let latch_observer = LeaderObserver::new(&rust, &latches).unwrap();
+    let latch_observer = LeaderObserver::builder(&rust, &latches)
+        .start()
+        .await
+        .unwrap();
     java_latch(&mut peer, "l1", &latches, "java-l1").await;
     java_latch(&mut peer, "l2", &latches, "java-l2").await;
     let l1 = observed(&latch_observer, "java-l1").await;

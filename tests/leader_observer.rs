@@ -133,7 +133,10 @@ async fn observer_reports_every_leader_in_order_across_release_crash_and_expiry(
     let connect = server.connect_string();
     let path = testing::unique_path("observe-order");
     let watcher_session = session(connect, Duration::from_secs(10)).await;
-    let observer = LeaderObserver::new(&watcher_session, &path).unwrap();
+    let observer = LeaderObserver::builder(&watcher_session, &path)
+        .start()
+        .await
+        .unwrap();
     let rec = Recorder::record(&observer);
     rec.reports_at_least(1, "the first report").await;
 
@@ -226,7 +229,10 @@ async fn observer_follows_the_leader_across_a_server_restart() {
     let b = latch(&sb, &path, "b").await;
     let watcher_session = session(server.connect_string(), Duration::from_secs(20)).await;
     let observer_session_id = watcher_session.session_id();
-    let observer = LeaderObserver::new(&watcher_session, &path).unwrap();
+    let observer = LeaderObserver::builder(&watcher_session, &path)
+        .start()
+        .await
+        .unwrap();
     let rec = Recorder::record(&observer);
     rec.leader("a").await;
 
@@ -288,7 +294,10 @@ async fn observer_keeps_the_last_leader_unconfirmed_while_its_own_session_is_los
     let b = latch(&sa, &path, "b").await;
     let proxy = proxy_to(server).await;
     let watcher_session = session(&proxy.connect_string(), Duration::from_secs(2)).await;
-    let observer = LeaderObserver::new(&watcher_session, &path).unwrap();
+    let observer = LeaderObserver::builder(&watcher_session, &path)
+        .start()
+        .await
+        .unwrap();
     let rec = Recorder::record(&observer);
     rec.leader("a").await;
     let mut changes = observer.watch();
@@ -358,7 +367,10 @@ async fn observer_never_reports_a_leader_whose_node_is_gone() {
     let sessions: Vec<Session> =
         futures::future::join_all((0..2).map(|_| session(connect, Duration::from_secs(10)))).await;
     let watcher_session = session(connect, Duration::from_secs(10)).await;
-    let observer = LeaderObserver::new(&watcher_session, &path).unwrap();
+    let observer = LeaderObserver::builder(&watcher_session, &path)
+        .start()
+        .await
+        .unwrap();
     let rec = Recorder::record(&observer);
 
     // Every value the watch ever takes, checked against the nodes the observer has already been
@@ -501,7 +513,10 @@ async fn observer_costs_one_watch_whatever_the_path_holds() {
     let path = testing::unique_path("observe-cost");
     let watcher_session = session(connect, Duration::from_secs(10)).await;
     let sid = watcher_session.session_id().unwrap();
-    let observer = LeaderObserver::new(&watcher_session, &path).unwrap();
+    let observer = LeaderObserver::builder(&watcher_session, &path)
+        .start()
+        .await
+        .unwrap();
     let rec = Recorder::record(&observer);
     let server = &server;
     let expect = |what: &'static str, data: Vec<String>, children: usize| {
@@ -576,7 +591,7 @@ async fn observer_follows_selector_nodes_and_ignores_foreign_children() {
             .await
             .unwrap();
     }
-    let observer = LeaderObserver::new(&s, &path).unwrap();
+    let observer = LeaderObserver::builder(&s, &path).start().await.unwrap();
     let rec = Recorder::record(&observer);
     rec.reports_at_least(1, "the first report").await;
     assert_eq!(rec.reports(), vec![None], "foreign children are no leader");
@@ -649,7 +664,10 @@ async fn an_observer_that_may_not_read_the_path_stops_with_the_refusal() {
     .await
     .unwrap();
     let stranger = session(connect, Duration::from_secs(10)).await;
-    let observer = LeaderObserver::new(&stranger, &path).unwrap();
+    let observer = LeaderObserver::builder(&stranger, &path)
+        .start()
+        .await
+        .unwrap();
     let rec = Recorder::record(&observer);
     within(
         BOUND,

@@ -48,7 +48,10 @@ impl Jobs {
         let mut observers = Vec::new();
         let mut recordings = Vec::new();
         for job in job_names() {
-            let observer = LeaderObserver::new(session, format!("{root}/jobs/{job}")).unwrap();
+            let observer = LeaderObserver::builder(session, format!("{root}/jobs/{job}"))
+                .start()
+                .await
+                .unwrap();
             recordings.push(Recording::of(observer.events()));
             observers.push(observer);
         }

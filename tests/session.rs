@@ -445,7 +445,7 @@ async fn bad_input_gives_typed_errors_never_a_panic() {
         Err(Error::InvalidArgument { .. })
     ));
     assert!(matches!(
-        zookeeper_recipes::InterProcessMutex::new(&s, "locks"),
+        zookeeper_recipes::InterProcessMutex::builder(&s, "locks").build(),
         Err(Error::InvalidPath { .. })
     ));
     assert!(matches!(

@@ -14,7 +14,7 @@ use super::{
     Schedule, ScheduledJob, SkewHold, SlotJob, SystemClock, WallClock, requeue_between_terms,
 };
 use crate::acl::NodeAcl;
-use crate::contender;
+use crate::checks;
 use crate::error::{Error, Result};
 use crate::fencing::Leadership;
 use crate::leader::LeaderSelector;
@@ -216,7 +216,7 @@ impl ScheduledJobBuilder {
     /// a history limit of 0 or above [`MAX_HISTORY`], or a zero clock tolerance;
     /// [`Error::GraceTooLong`] for a grace that does not fit in the session's lease.
     pub fn build(self) -> Result<PreparedJob> {
-        path::validate_path(&self.path)?;
+        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
         let schedule = match self.schedule {
             Some(s) => s?,
             None => {
@@ -226,8 +226,6 @@ impl ScheduledJobBuilder {
                 });
             }
         };
-        let id = self.id.unwrap_or_else(contender::default_participant_id);
-        path::validate_id(&id)?;
         if self.policies.max_attempts == 0 {
             return Err(Error::InvalidArgument {
                 what: "max attempts",
@@ -249,17 +247,7 @@ impl ScheduledJobBuilder {
                 reason: "must be more than zero: no two clocks agree to the nanosecond".into(),
             });
         }
-        self.acl.check_usable(self.session.has_credentials())?;
-        let limit = self.session.grace_limit();
-        let grace = self.grace.unwrap_or_else(|| self.session.default_grace());
-        let stop_ahead = self.stop_ahead.unwrap_or(grace);
-        if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
-            return Err(Error::GraceTooLong {
-                grace: stop_ahead,
-                limit,
-                timeout: self.session.lease_timeout(),
-            });
-        }
+        let (grace, stop_ahead) = checks::grace(&self.session, self.grace, self.stop_ahead)?;
         Ok(PreparedJob {
             inner: Inner {
                 session: self.session,

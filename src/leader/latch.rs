@@ -7,13 +7,14 @@ use tokio::sync::watch;
 use tracing::instrument;
 
 use crate::acl::NodeAcl;
+use crate::checks;
 use crate::contender::{
     self, Contender, ContenderEvent, ContenderSpec, Participant, Phase, TermMode,
 };
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::leader::feed::until_done;
-use crate::path::{self, LATCH_LOCK_NAME};
+use crate::path::LATCH_LOCK_NAME;
 use crate::session::Session;
 use crate::state::{ConnectionState, ErrorPolicy};
 
@@ -108,13 +109,8 @@ impl LeaderLatchBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned latch exists.
     pub async fn start(self) -> Result<LeaderLatch> {
-        path::validate_path(&self.path)?;
-        let id = self.id.unwrap_or_else(contender::default_participant_id);
-        path::validate_id(&id)?;
-        self.acl.check_usable(self.session.has_credentials())?;
-        if self.session.status().closed {
-            return Err(Error::Closed);
-        }
+        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        checks::startable(&self.session)?;
         let spec = ContenderSpec {
             path: self.path.clone(),
             lock_name: LATCH_LOCK_NAME,

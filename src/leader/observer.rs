@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
 use zookeeper_client::{EventType, OneshotWatcher};
 
+use crate::checks;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
@@ -74,15 +75,15 @@ impl LeaderObserverBuilder {
     /// [`Error::InvalidPath`] for a relative or otherwise unusable path,
     /// [`Error::InvalidArgument`] for an empty lock name, [`Error::Closed`] when the session is
     /// closed, [`Error::NoRuntime`] outside a tokio runtime.
-    pub fn start(self) -> Result<LeaderObserver> {
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is sent before the returned observer exists.
+    pub async fn start(self) -> Result<LeaderObserver> {
         path::validate_path(&self.path)?;
         if let Some(lock_name) = &self.lock_name {
             path::validate_lock_name(lock_name)?;
         }
-        if self.session.status().closed {
-            return Err(Error::Closed);
-        }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let runtime = checks::startable(&self.session)?;
         let (leader_tx, _) = watch::channel(None);
         let (done_tx, _) = watch::channel(false);
         let (events_tx, _) = broadcast::channel(256);
@@ -134,7 +135,7 @@ struct Shared {
 /// use futures::StreamExt;
 /// use zookeeper_recipes::{LeaderObserver, ObserverEvent};
 ///
-/// let observer = LeaderObserver::new(&session, "/election/statement-job")?;
+/// let observer = LeaderObserver::builder(&session, "/election/statement-job").start().await?;
 /// let mut events = Box::pin(observer.events());
 /// while let Some(event) = events.next().await {
 ///     match event {
@@ -171,15 +172,8 @@ impl Drop for LeaderObserver {
 }
 
 impl LeaderObserver {
-    /// Starts observing `path` (absolute), choosing the lock name from the children.
-    ///
-    /// # Errors
-    /// As [`LeaderObserverBuilder::start`].
-    pub fn new(session: &Session, path: impl Into<String>) -> Result<LeaderObserver> {
-        Self::builder(session, path).start()
-    }
-
-    /// A builder, for a fixed lock name.
+    /// A builder for an observer of `path` (absolute); by default it chooses the lock name from
+    /// the children.
     pub fn builder(session: &Session, path: impl Into<String>) -> LeaderObserverBuilder {
         LeaderObserverBuilder {
             session: session.clone(),

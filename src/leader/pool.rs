@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
 use zookeeper_client::OneshotWatcher;
 
+use crate::checks;
 use crate::contender;
 use crate::error::{Error, Result};
 use crate::fencing::{FencedOp, Leadership, TermEnd};
@@ -260,9 +261,12 @@ impl LeaderPoolBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned pool exists.
     pub async fn start(self) -> Result<LeaderPool> {
-        path::validate_path(&self.root)?;
-        let id = self.id.unwrap_or_else(contender::default_participant_id);
-        path::validate_id(&id)?;
+        let id = checks::identity(
+            &self.session,
+            &self.root,
+            self.id,
+            &crate::NodeAcl::default(),
+        )?;
         if self.jobs.is_empty() {
             return Err(Error::InvalidArgument {
                 what: "jobs",
@@ -281,10 +285,7 @@ impl LeaderPoolBuilder {
         }
         let (jute_max_buffer, _) = self.session.request_limits();
         check_assignment_size(&self.jobs, &id, jute_max_buffer)?;
-        if self.session.status().closed {
-            return Err(Error::Closed);
-        }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let runtime = checks::startable(&self.session)?;
         let members = LeaderLatch::builder(&self.session, path::join(&self.root, MEMBERS))
             .id(id.clone())
             .error_policy(self.policy)

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::checks;
 use crate::clock::BootTime;
 
 use futures::FutureExt;
@@ -16,7 +17,7 @@ use crate::acl::NodeAcl;
 use crate::contender::{self, Contender, ContenderSpec, Participant, TermMode};
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
-use crate::path::{self, MUTEX_LOCK_NAME};
+use crate::path::MUTEX_LOCK_NAME;
 use crate::session::Session;
 use crate::state::ErrorPolicy;
 
@@ -160,27 +161,9 @@ impl LeaderSelectorBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned selector exists.
     pub async fn start<L: LeaderSelectorListener>(self, listener: L) -> Result<LeaderSelector> {
-        path::validate_path(&self.path)?;
-        let id = self.id.unwrap_or_else(contender::default_participant_id);
-        path::validate_id(&id)?;
-        self.acl.check_usable(self.session.has_credentials())?;
-        let limit = self.session.grace_limit();
-        let grace = match self.grace {
-            Some(grace) => grace,
-            None => self.session.default_grace(),
-        };
-        let stop_ahead = self.stop_ahead.unwrap_or(grace);
-        if (self.grace.is_some() || self.stop_ahead.is_some()) && stop_ahead > limit {
-            return Err(Error::GraceTooLong {
-                grace: stop_ahead,
-                limit,
-                timeout: self.session.lease_timeout(),
-            });
-        }
-        if self.session.status().closed {
-            return Err(Error::Closed);
-        }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        let (grace, stop_ahead) = checks::grace(&self.session, self.grace, self.stop_ahead)?;
+        let runtime = checks::startable(&self.session)?;
         let (leadership_tx, _) = watch::channel(None);
         let (state_tx, _) = watch::channel(SelectorState::Queued);
         let shared = Arc::new(Shared {

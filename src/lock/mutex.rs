@@ -6,10 +6,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{instrument, warn};
 
 use crate::acl::NodeAcl;
+use crate::checks;
 use crate::contender::{self, Contender, ContenderSpec, Participant, Phase, TermMode};
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership};
-use crate::path::{self, MUTEX_LOCK_NAME};
+use crate::path::MUTEX_LOCK_NAME;
 use crate::session::Session;
 use crate::state::ErrorPolicy;
 
@@ -67,18 +68,8 @@ impl InterProcessMutexBuilder {
     /// a session without credentials; [`Error::GraceTooLong`] for a `stop_ahead` that does not fit
     /// in the session's lease.
     pub fn build(self) -> Result<InterProcessMutex> {
-        path::validate_path(&self.path)?;
-        let id = self.id.unwrap_or_else(contender::default_participant_id);
-        path::validate_id(&id)?;
-        self.acl.check_usable(self.session.has_credentials())?;
-        let limit = self.session.grace_limit();
-        if self.stop_ahead > limit {
-            return Err(Error::GraceTooLong {
-                grace: self.stop_ahead,
-                limit,
-                timeout: self.session.lease_timeout(),
-            });
-        }
+        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        checks::fits_in_lease(&self.session, self.stop_ahead)?;
         Ok(InterProcessMutex {
             session: self.session,
             path: self.path,
@@ -138,14 +129,6 @@ impl InterProcessMutex {
             acl: NodeAcl::default(),
             stop_ahead: Duration::ZERO,
         }
-    }
-
-    /// A mutex on `path` with the default id and policy.
-    ///
-    /// # Errors
-    /// As [`InterProcessMutexBuilder::build`].
-    pub fn new(session: &Session, path: impl Into<String>) -> Result<Self> {
-        Self::builder(session, path).build()
     }
 
     fn contender(&self) -> Result<Contender> {

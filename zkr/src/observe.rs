@@ -104,7 +104,7 @@ pub(crate) async fn watch(
     if let Some(lock_name) = lock_name {
         builder = builder.lock_name(lock_name);
     }
-    let observer = builder.start()?;
+    let observer = builder.start().await?;
     // Subscribed before the observer's task first runs: its first report is not missed.
     let events = observer.events();
     tokio::pin!(events);
