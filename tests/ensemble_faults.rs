@@ -59,7 +59,7 @@ use zookeeper_recipes_rigs::fixtures as common;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, within, zookeeper};
+use common::{BOUND, eventually, within, zookeeper};
 use tokio::sync::Mutex;
 use zookeeper_recipes::{ErrorPolicy, LeaderLatch, Leadership, Session};
 use zookeeper_recipes_testing::{self as testing, ServerMode, TestingCluster};
@@ -70,8 +70,6 @@ const TICK: Duration = Duration::from_millis(500);
 /// session timeout.
 const SYNC_LIMIT: u32 = 10;
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bound on the ensemble and the latches settling after a fault or a heal.
-const BOUND: Duration = Duration::from_secs(30);
 
 /// One ensemble at a time: the machine has two cores.
 static TURN: Mutex<()> = Mutex::const_new(());

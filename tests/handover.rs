@@ -11,24 +11,13 @@ use zookeeper_recipes_rigs::fixtures as common;
 
 use std::time::Duration;
 
-use common::{Recording, eventually, proxy_to, session, shared_server, within, zookeeper};
+use common::{
+    BOUND, Recording, eventually, latch, proxy_to, session, shared_server, within, zookeeper,
+};
 use zookeeper_recipes::{InterProcessMutex, LatchEvent, LeaderLatch, Session};
 use zookeeper_recipes_testing::{self as testing, TestingServer};
 
-const BOUND: Duration = Duration::from_secs(20);
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-async fn latch(session: &Session, path: &str, id: &str) -> LeaderLatch {
-    let l = LeaderLatch::builder(session, path)
-        .id(id)
-        .start()
-        .await
-        .unwrap();
-    within(BOUND, &format!("{id} to join"), l.wait_joined(BOUND))
-        .await
-        .unwrap();
-    l
-}
 
 /// The paths that session `session_id` watches, from the server's `wchc`.
 async fn watched_by(server: &TestingServer, session_id: i64) -> Vec<String> {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex, OnceCell};
 use zookeeper_client::{Acls, Client, CreateMode, SessionState, StateWatcher};
+use zookeeper_recipes_rigs::fixtures::{BOUND, persistent};
 use zookeeper_recipes_testing::{
     self as testing, self, FaultProxy, HarnessError, ServerMode, TestingCluster, TestingServer,
     expire_session,
@@ -57,10 +58,6 @@ async fn wait_state(watcher: &mut StateWatcher, want: SessionState, within: Dura
     })
     .await
     .unwrap_or_else(|_| panic!("{what}: the client did not reach {want} within {within:?}"));
-}
-
-fn persistent() -> zookeeper_client::CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
 }
 
 #[tokio::test]
@@ -812,8 +809,6 @@ fn leak_probe_child() {
 /// leader go without each other before they part.
 const TICK: Duration = Duration::from_millis(200);
 const SYNC_LIMIT: u32 = 5;
-/// Bound on anything an ensemble does after a fault (election, stepping down, rejoining).
-const ENSEMBLE_BOUND: Duration = Duration::from_secs(30);
 
 /// A 3-server ensemble on a 200 ms tick whose peers talk only through their link proxies.
 async fn partitionable_cluster() -> TestingCluster {
@@ -854,7 +849,7 @@ where
 /// follow.
 async fn settled_leader(cluster: &TestingCluster, among: &[usize], what: &str) -> usize {
     let last = std::sync::Mutex::new(Vec::new());
-    let settled = tokio::time::timeout(ENSEMBLE_BOUND, async {
+    let settled = tokio::time::timeout(BOUND, async {
         loop {
             let mut modes = Vec::new();
             for i in among {
@@ -879,7 +874,7 @@ async fn settled_leader(cluster: &TestingCluster, among: &[usize], what: &str) -
     .await;
     settled.unwrap_or_else(|_| {
         panic!(
-            "timed out after {ENSEMBLE_BOUND:?} waiting for: {what} (last modes {:?})",
+            "timed out after {BOUND:?} waiting for: {what} (last modes {:?})",
             last.lock().unwrap()
         )
     })
@@ -1007,7 +1002,7 @@ async fn every_peer_connection_goes_through_a_link_proxy() {
     assert_no_direct_peer_connection(&cluster);
     // Reconnections after a heal too: the larger id dials back the address it was announced.
     cluster.isolate(0).unwrap();
-    until(ENSEMBLE_BOUND, "server 0 to stop serving", || async {
+    until(BOUND, "server 0 to stop serving", || async {
         !matches!(
             mode_of(&cluster, 0).await,
             Some(ServerMode::Follower | ServerMode::Leader)
@@ -1069,11 +1064,9 @@ async fn isolated_follower_stops_serving_after_sync_limit_and_rejoins_after_heal
         .await
         .expect("the isolated follower did not answer its client at once")
         .expect("the isolated follower refused a read at once");
-    let stopped = until(
-        ENSEMBLE_BOUND,
-        "the isolated follower to stop serving",
-        || async { mode_of(&cluster, follower).await != Some(ServerMode::Follower) },
-    )
+    let stopped = until(BOUND, "the isolated follower to stop serving", || async {
+        mode_of(&cluster, follower).await != Some(ServerMode::Follower)
+    })
     .await;
     let served_for = stopped - cut;
     eprintln!(
@@ -1140,11 +1133,9 @@ async fn isolated_quorum_leader_is_replaced_among_the_others() {
         "[harness] new leader {new} {} ms after the leader {old} was isolated",
         cut.elapsed().as_millis()
     );
-    let stepped_down = until(
-        ENSEMBLE_BOUND,
-        "the isolated leader to step down",
-        || async { mode_of(&cluster, old).await != Some(ServerMode::Leader) },
-    )
+    let stepped_down = until(BOUND, "the isolated leader to step down", || async {
+        mode_of(&cluster, old).await != Some(ServerMode::Leader)
+    })
     .await;
     eprintln!(
         "[harness] isolated leader stepped down {} ms after the cut",
@@ -1180,7 +1171,7 @@ async fn minority_of_a_partition_stops_while_the_majority_keeps_serving() {
     client.mkdir(&root, &persistent()).await.expect("mkdir");
 
     cluster.partition(&[minority], &[leader, other]).unwrap();
-    until(ENSEMBLE_BOUND, "the minority to stop serving", || async {
+    until(BOUND, "the minority to stop serving", || async {
         mode_of(&cluster, minority).await != Some(ServerMode::Follower)
     })
     .await;
@@ -1258,7 +1249,7 @@ async fn isolated_follower_answers_reads_but_not_sync_and_isolated_leader_answer
     );
     // And for how long: until it steps down, about syncLimit x tick after the cut.
     let mut last_answered = cut.elapsed();
-    while cut.elapsed() < ENSEMBLE_BOUND {
+    while cut.elapsed() < BOUND {
         match tokio::time::timeout(quick, on_leader.sync("/")).await {
             Ok(Ok(())) => last_answered = cut.elapsed(),
             _ => break,
@@ -1328,11 +1319,9 @@ async fn cut_one_way_passes_the_leaders_bytes_and_holds_the_followers() {
         Err(_) => {}
         Ok(r) => panic!("a write forwarded over the cut direction was answered: {r:?}"),
     }
-    let stopped = until(
-        ENSEMBLE_BOUND,
-        "the cut follower to stop serving",
-        || async { mode_of(&cluster, follower).await != Some(ServerMode::Follower) },
-    )
+    let stopped = until(BOUND, "the cut follower to stop serving", || async {
+        mode_of(&cluster, follower).await != Some(ServerMode::Follower)
+    })
     .await;
     eprintln!(
         "[harness] one-way cut follower -> leader: follower applied a commit after {} ms, stopped serving after {} ms",

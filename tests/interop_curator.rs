@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::curator::{CuratorPeer, event_ts, parse_participants};
-use common::{children, eventually, ms, session, shared_server, within};
+use common::{BOUND, children, eventually, ms, session, sessions, shared_server, within};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::{
@@ -26,8 +26,6 @@ use zookeeper_recipes::{
 };
 use zookeeper_recipes_testing as testing;
 
-/// Bound on every wait for something that should happen promptly.
-const BOUND: Duration = Duration::from_secs(20);
 /// Session timeout of the Rust sessions and Curator peers of tests that do not expire sessions.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// How long something that must not happen is given to happen anyway.
@@ -49,10 +47,6 @@ async fn window() {
 
 async fn peers(connect: &str, n: usize, timeout: Duration) -> Vec<CuratorPeer> {
     futures::future::join_all((0..n).map(|_| CuratorPeer::spawn(connect, timeout))).await
-}
-
-async fn sessions(connect: &str, n: usize) -> Vec<Session> {
-    futures::future::join_all((0..n).map(|_| session(connect, TIMEOUT))).await
 }
 
 fn pairs(ps: &[Participant]) -> Vec<(String, bool)> {
@@ -324,7 +318,7 @@ async fn rust_and_curator_latches_lead_in_creation_order_whoever_created_first()
         return;
     }
     let server = shared_server().await;
-    let sessions = sessions(server.connect_string(), 2).await;
+    let sessions = sessions(server.connect_string(), 2, TIMEOUT).await;
     let mut peers = peers(server.connect_string(), 2, TIMEOUT).await;
     leadership_follows_creation_order(true, &sessions, &mut peers).await;
     leadership_follows_creation_order(false, &sessions, &mut peers).await;
@@ -828,7 +822,7 @@ async fn rust_and_curator_selectors_with_auto_requeue_take_turns_without_overlap
     }
     let server = shared_server().await;
     let path = testing::unique_path("selector-turns");
-    let rust_sessions = sessions(server.connect_string(), 2).await;
+    let rust_sessions = sessions(server.connect_string(), 2, TIMEOUT).await;
     let mut java_peers = peers(server.connect_string(), 2, TIMEOUT).await;
     let history: History = Arc::default();
     let stop = CancellationToken::new();

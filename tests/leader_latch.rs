@@ -9,16 +9,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
+use common::{
+    BOUND, children, eventually, latch, ms, own_server, persistent, session, shared_server, within,
+    zookeeper,
+};
 use futures::StreamExt;
-use zookeeper_client::{Acls, CreateMode};
 use zookeeper_recipes::{
     CloseMode, ConnectionState, Error, ErrorPolicy, FencedOp, LatchEvent, LeaderLatch, Session,
     TermEnd,
 };
 use zookeeper_recipes_testing::{self as testing, TestingServer};
-
-const BOUND: Duration = Duration::from_secs(20);
 
 /// Records a latch's events with the instant each arrived.
 #[derive(Clone, Default)]
@@ -65,20 +65,6 @@ impl Events {
         })
         .await
     }
-}
-
-fn persistent() -> zookeeper_client::CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
-}
-
-async fn latch(session: &Session, path: &str, id: &str) -> LeaderLatch {
-    let l = LeaderLatch::builder(session, path)
-        .id(id)
-        .start()
-        .await
-        .unwrap();
-    l.wait_joined(BOUND).await.unwrap();
-    l
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::zkr::Zkr;
 use common::{
-    Recording, children, eventually, expire_behind, ms, own_server, proxy_to, session,
-    shared_server, within, zookeeper,
+    BOUND, Recording, children, eventually, expire_behind, latch, ms, own_server, proxy_to,
+    session, shared_server, within, zookeeper,
 };
 use nix::sys::signal::Signal;
 use zookeeper_client::{Acls, CreateMode};
@@ -21,8 +21,6 @@ use zookeeper_recipes::{
     ObserverEvent, Session,
 };
 use zookeeper_recipes_testing::{self as testing, TestingServer};
-
-const BOUND: Duration = Duration::from_secs(20);
 
 /// An observer's events as they arrived.
 #[derive(Clone)]
@@ -89,16 +87,6 @@ impl Recorder {
             })
             .await;
     }
-}
-
-async fn latch(session: &Session, path: &str, id: &str) -> LeaderLatch {
-    let l = LeaderLatch::builder(session, path)
-        .id(id)
-        .start()
-        .await
-        .unwrap();
-    l.wait_joined(BOUND).await.unwrap();
-    l
 }
 
 async fn term_of(latch: &LeaderLatch) -> Leadership {

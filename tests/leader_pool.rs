@@ -16,12 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::zkr::{EventsOn, Line, Zkr, zkr};
-use common::{Recording, ms, own_server, session, shared_server, within, zookeeper};
+use common::{BOUND, Recording, ms, own_server, session, shared_server, within, zookeeper};
 use nix::sys::signal::Signal;
 use zookeeper_recipes::{LeaderObserver, LeaderPool, ObserverEvent, PoolEvent, Session};
 use zookeeper_recipes_testing as testing;
 
-const BOUND: Duration = Duration::from_secs(20);
 /// The session timeout of the replicas in these tests.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
 /// The settle time the pool's spec allows after a membership change is visible (a loaded

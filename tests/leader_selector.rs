@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{children, eventually, ms, own_server, session, shared_server, within, zookeeper};
+use common::{
+    BOUND, children, eventually, ms, own_server, session, sessions, shared_server, within,
+    zookeeper,
+};
 use zookeeper_recipes::{
-    ErrorPolicy, FencingToken, LeaderSelector, Leadership, SelectorState, Session, TermEnd,
+    ErrorPolicy, FencingToken, LeaderSelector, Leadership, SelectorState, TermEnd,
 };
 use zookeeper_recipes_testing as testing;
-
-const BOUND: Duration = Duration::from_secs(20);
 
 /// One term as the closure saw it.
 #[derive(Debug, Clone)]
@@ -85,10 +86,6 @@ fn holder(
     }
 }
 
-async fn sessions(connect: &str, n: usize) -> Vec<Session> {
-    futures::future::join_all((0..n).map(|_| session(connect, Duration::from_secs(10)))).await
-}
-
 #[tokio::test]
 async fn auto_requeue_gives_every_participant_terms_that_never_overlap() {
     if !zookeeper() {
@@ -96,7 +93,7 @@ async fn auto_requeue_gives_every_participant_terms_that_never_overlap() {
     }
     let server = shared_server().await;
     let path = testing::unique_path("requeue");
-    let ss = sessions(server.connect_string(), 3).await;
+    let ss = sessions(server.connect_string(), 3, Duration::from_secs(10)).await;
     let history = History::default();
     let mut selectors = Vec::new();
     for (i, s) in ss.iter().enumerate() {
@@ -262,7 +259,7 @@ async fn a_panicking_or_failing_closure_does_not_wedge_the_election() {
         return;
     }
     let server = shared_server().await;
-    let ss = sessions(server.connect_string(), 2).await;
+    let ss = sessions(server.connect_string(), 2, Duration::from_secs(10)).await;
     let path = testing::unique_path("panic");
     let panics = Arc::new(AtomicUsize::new(0));
     let p = panics.clone();
@@ -459,7 +456,7 @@ async fn selector_participants_list_everyone_queued_with_the_leader_first() {
         return;
     }
     let server = shared_server().await;
-    let ss = sessions(server.connect_string(), 2).await;
+    let ss = sessions(server.connect_string(), 2, Duration::from_secs(10)).await;
     let path = testing::unique_path("selector-participants");
     let history = History::default();
     let a = LeaderSelector::builder(&ss[0], &path)
@@ -548,7 +545,7 @@ async fn a_closure_stuck_in_blocking_code_is_reported_when_aborted_and_the_next_
         return;
     }
     let server = shared_server().await;
-    let ss = sessions(server.connect_string(), 2).await;
+    let ss = sessions(server.connect_string(), 2, Duration::from_secs(10)).await;
     let path = testing::unique_path("overrun");
     let (logs, _guard) = LogCapture::start();
     let grace = Duration::from_millis(300);
@@ -659,7 +656,7 @@ async fn a_closure_that_never_yields_does_not_hold_up_the_next_term() {
         return;
     }
     let server = shared_server().await;
-    let ss = sessions(server.connect_string(), 2).await;
+    let ss = sessions(server.connect_string(), 2, Duration::from_secs(10)).await;
     let path = testing::unique_path("never-yields");
     let grace = Duration::from_millis(300);
     let stuck_for = Duration::from_secs(4);

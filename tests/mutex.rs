@@ -9,11 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{children, eventually, ms, session, shared_server, within, zookeeper};
+use common::{BOUND, children, eventually, ms, session, shared_server, within, zookeeper};
 use zookeeper_recipes::{FencingToken, InterProcessMutex, Session};
 use zookeeper_recipes_testing as testing;
-
-const BOUND: Duration = Duration::from_secs(20);
 
 /// One hold: the task, its token, when it began and ended.
 type Hold = (usize, FencingToken, Instant, Instant);

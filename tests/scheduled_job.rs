@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{eventually, proxy_to, session, shared_server, within, zookeeper};
+use common::{BOUND, eventually, proxy_to, session, shared_server, within, zookeeper};
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SkewedClock,
     SlotRecord, SlotRun, SlotState,
@@ -27,8 +27,6 @@ use zookeeper_recipes::job::{
 use zookeeper_recipes::{BootTime, TestClock};
 use zookeeper_recipes::{Error, ErrorPolicy, FencingToken, Session};
 use zookeeper_recipes_testing as testing;
-
-const BOUND: Duration = Duration::from_secs(30);
 
 /// One run of the job as its closure saw it.
 #[derive(Debug, Clone)]

@@ -20,14 +20,11 @@ use common::zkr::{
     EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, libfaketime, skew_wall_clock,
     stubborn_handover, stubborn_script, zkr,
 };
-use common::{own_server, proxy_to, shared_server, zookeeper};
+use common::{BOUND, client, ms, own_server, proxy_to, shared_server, zookeeper};
 use nix::sys::signal::{Signal, killpg};
 use serde_json::Value;
 use zookeeper_recipes::job::Schedule;
 use zookeeper_recipes_testing as testing;
-
-/// The bound for things that should take milliseconds to a few seconds.
-const BOUND: Duration = Duration::from_secs(20);
 
 /// The session timeout of the replicas that are killed or frozen: short, so that the suite
 /// stays fast (a successor waits that long for the killed one's session to expire).
@@ -41,10 +38,6 @@ const STEADY: &str = "6s";
 /// Tests that kill or freeze replicas run one at a time, so that their timing is not skewed by
 /// each other on a small machine.
 static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 // ---------------------------------------------------------------------------------------------
 // Driving zkr
@@ -167,14 +160,6 @@ fn ends_per_slot(runs: &[Run]) -> BTreeMap<String, usize> {
         *ends.entry(r.slot.clone()).or_insert(0) += 1;
     }
     ends
-}
-
-/// A plain client for looking at the tree.
-async fn client(connect: &str) -> zookeeper_client::Client {
-    tokio::time::timeout(BOUND, zookeeper_client::Client::connect(connect))
-        .await
-        .expect("no ZooKeeper connection in time")
-        .expect("ZooKeeper connection failed")
 }
 
 /// Waits until the job's election has `n` contenders.
