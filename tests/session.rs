@@ -253,15 +253,23 @@ async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_
         .await
         .unwrap();
 
-    // Requests reach the server at once, replies wait 600 ms in the proxy. Cutting 300 ms after
-    // the latch starts loses the reply of a create that the server has applied.
+    // Requests reach the server at once, replies wait 600 ms in the proxy. Cutting as soon as the
+    // server has the node (another session sees it) loses the reply of a create that the server
+    // has applied.
     proxy.delay_replies(Duration::from_millis(600));
     let latch = LeaderLatch::builder(&s, &path)
         .id("cut")
         .start()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(BOUND, "the server to apply the create", || async {
+        (!children(&observer, &path).await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        proxy.held_replies() > 0,
+        "the create's reply passed before the cut: the 600 ms delay did not hold it"
+    );
     let cut_ms = wall_ms();
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -731,7 +739,14 @@ async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_anot
         .start()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(BOUND, "the quorum to apply the create", || async {
+        (!children(&observer, &path).await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        proxies[a].held_replies() > 0,
+        "the create's reply passed before the cut: the 600 ms delay did not hold it"
+    );
     proxies[a].cut();
     eventually(
         BOUND,

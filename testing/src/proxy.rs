@@ -73,6 +73,8 @@ pub struct FaultProxy {
     listen: Vec<SocketAddr>,
     mode: watch::Sender<Mode>,
     connections: Arc<AtomicUsize>,
+    /// How many chunks the servers sent wait out a delay in the proxy now.
+    held_replies: Arc<watch::Sender<usize>>,
     /// The accept loops; each owns its connections' tasks, so aborting it aborts them.
     _tasks: JoinSet<()>,
 }
@@ -83,6 +85,7 @@ impl std::fmt::Debug for FaultProxy {
             .field("listen", &self.listen)
             .field("mode", &*self.mode.borrow())
             .field("connections", &self.connection_count())
+            .field("held_replies", &self.held_replies())
             .finish()
     }
 }
@@ -156,6 +159,7 @@ impl FaultProxy {
     ) -> Result<FaultProxy> {
         let (mode, _) = watch::channel(Mode::Normal);
         let connections = Arc::new(AtomicUsize::new(0));
+        let held_replies = Arc::new(watch::Sender::new(0));
         let mut tasks = JoinSet::new();
         let mut listen = Vec::with_capacity(listeners.len());
         for (k, (listener, address, upstream)) in listeners.into_iter().enumerate() {
@@ -173,12 +177,14 @@ impl FaultProxy {
                 hello,
                 mode.subscribe(),
                 connections.clone(),
+                held_replies.clone(),
             ));
         }
         Ok(FaultProxy {
             listen,
             mode,
             connections,
+            held_replies,
             _tasks: tasks,
         })
     }
@@ -201,6 +207,36 @@ impl FaultProxy {
     /// How many client connections are open through the proxy now.
     pub fn connection_count(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// How many chunks of what the servers sent (replies, pings, watch events) the proxy holds
+    /// now: read from a server and waiting out [`delay`](Self::delay) or
+    /// [`delay_replies`](Self::delay_replies) before they pass on to the client. (Under a
+    /// blackhole the proxy reads nothing, so what it holds back stays in the sockets, uncounted.)
+    pub fn held_replies(&self) -> usize {
+        *self.held_replies.borrow()
+    }
+
+    /// Waits until the proxy holds at least `n` chunks of what the servers sent
+    /// ([`held_replies`](Self::held_replies)), at most `bound`: the hook a test uses to act
+    /// while a reply is in flight (for instance to [`cut`](Self::cut) the link after the server
+    /// applied a request and before its client hears so), instead of sleeping and hoping.
+    ///
+    /// # Errors
+    /// [`HarnessError::Timeout`] when `bound` runs out first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches.
+    pub async fn wait_held_replies(&self, n: usize, bound: Duration) -> Result<()> {
+        let mut held = self.held_replies.subscribe();
+        match tokio::time::timeout(bound, held.wait_for(|h| *h >= n)).await {
+            Ok(Ok(_)) => Ok(()),
+            // The sender lives as long as `self`.
+            Ok(Err(_)) | Err(_) => Err(HarnessError::Timeout {
+                what: format!("the proxy to hold {n} chunks from the servers"),
+                timeout: bound,
+            }),
+        }
     }
 
     /// Resets every connection (RST) and resets new ones at once, until [`heal`](Self::heal).
@@ -283,6 +319,7 @@ async fn accept_loop(
     hello: Option<Arc<OnceLock<String>>>,
     mode: watch::Receiver<Mode>,
     connections: Arc<AtomicUsize>,
+    held_replies: Arc<watch::Sender<usize>>,
 ) {
     // Dropped with this task (when the proxy drops), aborting every connection task.
     let mut conns = JoinSet::new();
@@ -298,7 +335,7 @@ async fn accept_loop(
                     reset(client);
                     continue;
                 }
-                conns.spawn(connection(client, upstream.clone(), hello.clone(), mode.clone(), Counted::new(&connections)));
+                conns.spawn(connection(client, upstream.clone(), hello.clone(), mode.clone(), Counted::new(&connections), held_replies.clone()));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -311,6 +348,7 @@ async fn connection(
     hello: Option<Arc<OnceLock<String>>>,
     mut mode: watch::Receiver<Mode>,
     _counted: Counted,
+    held_replies: Arc<watch::Sender<usize>>,
 ) {
     // As with a dropped SYN, the server sees nothing of a connection opened while what the
     // client sends is held back.
@@ -338,8 +376,14 @@ async fn connection(
             reset(server);
             return;
         }
-        let up = pump(&mut cr, &mut sw, mode.clone(), Direction::Up);
-        let down = pump(&mut sr, &mut cw, mode.clone(), Direction::Down);
+        let up = pump(&mut cr, &mut sw, mode.clone(), Direction::Up, None);
+        let down = pump(
+            &mut sr,
+            &mut cw,
+            mode.clone(),
+            Direction::Down,
+            Some(&held_replies),
+        );
         let forward = async {
             let _ = tokio::join!(up, down);
         };
@@ -485,12 +529,34 @@ async fn passable(mode: &mut watch::Receiver<Mode>, direction: Direction) -> Dur
     }
 }
 
-/// Copies one direction, honouring blackhole and delay; half-closes on EOF.
+/// Counts a delayed chunk in `held` from read until written (or dropped with its task).
+struct Held<'a>(Option<&'a watch::Sender<usize>>);
+
+impl<'a> Held<'a> {
+    fn new(held: Option<&'a watch::Sender<usize>>) -> Held<'a> {
+        if let Some(held) = held {
+            held.send_modify(|h| *h += 1);
+        }
+        Held(held)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.0 {
+            held.send_modify(|h| *h = h.saturating_sub(1));
+        }
+    }
+}
+
+/// Copies one direction, honouring blackhole and delay; half-closes on EOF. Each chunk that
+/// waits (a delay, a blackhole) is counted in `held` while it does.
 async fn pump<R, W>(
     reader: &mut R,
     writer: &mut W,
     mut mode: watch::Receiver<Mode>,
     direction: Direction,
+    held: Option<&watch::Sender<usize>>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -505,12 +571,20 @@ async fn pump<R, W>(
             }
             Ok(n) => n,
         };
+        let waits = match *mode.borrow() {
+            Mode::Delay(_) => true,
+            Mode::DelayReplies(_) => direction == Direction::Down,
+            _ => false,
+        };
+        let holding = Held::new(held.filter(|_| waits));
         // A chunk read just before a blackhole is held back too.
         let delay = passable(&mut mode, direction).await;
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
             passable(&mut mode, direction).await;
         }
+        // No longer counted before the client can see it.
+        drop(holding);
         if writer.write_all(&buf[..n]).await.is_err() {
             return;
         }
@@ -622,5 +696,46 @@ mod tests {
             .await
             .expect("reset at once, not held");
         assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    }
+
+    /// The hook that replaces a sleep before a cut: a reply read from the server and delayed is
+    /// counted from the moment the proxy reads it until it passes on.
+    #[tokio::test]
+    async fn a_delayed_reply_is_counted_while_the_proxy_holds_it() {
+        let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("bind");
+        let upstream = server.local_addr().expect("address").to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = server.accept().await.expect("accept");
+            let mut buf = [0u8; 4];
+            s.read_exact(&mut buf).await.expect("request");
+            s.write_all(b"pong").await.expect("reply");
+            // Keep the connection open until the client is done.
+            let _ = s.read(&mut buf).await;
+        });
+        let proxy = FaultProxy::start(&[upstream]).await.expect("a proxy");
+        let mut client = TcpStream::connect(proxy.listen_address(0).expect("listener"))
+            .await
+            .expect("connect");
+        proxy.delay_replies(Duration::from_millis(400));
+        assert_eq!(proxy.held_replies(), 0);
+        client.write_all(b"ping").await.expect("request");
+        proxy
+            .wait_held_replies(1, Duration::from_secs(5))
+            .await
+            .expect("the reply is held");
+        assert_eq!(proxy.held_replies(), 1);
+        let mut got = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut got))
+            .await
+            .expect("the reply passes after the delay")
+            .expect("read");
+        assert_eq!(&got, b"pong");
+        assert_eq!(proxy.held_replies(), 0, "a passed reply is no longer held");
+        assert!(matches!(
+            proxy.wait_held_replies(1, Duration::from_millis(50)).await,
+            Err(HarnessError::Timeout { .. })
+        ));
     }
 }
