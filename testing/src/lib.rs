@@ -102,12 +102,14 @@
 //! their names and meaning; the proxy plays the part of the port-forwarding proxy in
 //! zookeeper-client's own tests.
 
+mod backend;
 mod cluster;
 mod config;
 #[cfg(feature = "docker")]
 mod docker;
 mod expire;
 pub mod history;
+mod jvm;
 #[cfg(feature = "provision")]
 pub mod provision;
 #[cfg(not(feature = "provision"))]
@@ -118,13 +120,14 @@ mod server;
 mod server_process;
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+
 use std::time::Duration;
 
+pub use backend::{Backend, backend};
 pub use cluster::{TestingCluster, TestingClusterBuilder};
 pub use config::ServerMode;
 pub use expire::expire_session;
+pub(crate) use jvm::Installation;
 pub use proxy::FaultProxy;
 pub use server::{TestingServer, TestingServerBuilder};
 pub use server_process::process_state;
@@ -323,165 +326,6 @@ fn is_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
-/// Which way the harness runs ZooKeeper servers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backend {
-    /// Local JVMs started from the jars of `ZOOKEEPER_HOME` or Debian's package.
-    Process,
-    /// Containers of the image `ZKR_ZOOKEEPER_IMAGE` (default `zookeeper:3.9`), crate feature
-    /// `docker`.
-    Docker,
-}
-
-/// The backend the harness uses, decided once per process.
-///
-/// `ZKR_TEST_BACKEND=process` or `docker` chooses. When it is not set, the harness takes, in
-/// order: a local ZooKeeper if it finds one (`ZOOKEEPER_HOME`, or Debian's package in
-/// `/usr/share/java`) with Java; else Docker (feature `docker`) if an engine answers and the
-/// image `ZKR_ZOOKEEPER_IMAGE` is there or can be pulled; else, with the crate feature
-/// `provision`, it installs Debian's packages when it may (Debian/Ubuntu, root or password-less
-/// sudo, no `ZKR_NO_INSTALL=1`) and runs local processes. It prints the choice to stderr when it is not
-/// the first one.
-///
-/// # Errors
-///
-/// When nothing works, the local installation's error ([`HarnessError::ZooKeeperNotFound`] or
-/// [`HarnessError::JavaNotFound`]), whose message names the commands; a bad
-/// `ZKR_TEST_BACKEND` ([`HarnessError::UnknownBackend`], [`HarnessError::DockerFeatureMissing`]);
-/// [`HarnessError::Io`] when an installation was tried and failed.
-pub fn backend() -> Result<Backend> {
-    match std::env::var("ZKR_TEST_BACKEND") {
-        Ok(v) if v.eq_ignore_ascii_case("process") => {
-            Installation::discover()?;
-            Ok(Backend::Process)
-        }
-        Ok(v) if v.eq_ignore_ascii_case("docker") => {
-            if cfg!(feature = "docker") {
-                Ok(Backend::Docker)
-            } else {
-                Err(HarnessError::DockerFeatureMissing)
-            }
-        }
-        Ok(v) if !v.is_empty() => Err(HarnessError::UnknownBackend(v)),
-        _ => auto_backend(),
-    }
-}
-
-/// The packages a local server needs: the jars (`zookeeper` itself would pull the whole X11
-/// `default-jre` in), and a headless Java runtime.
-const ZOOKEEPER_PACKAGES: &[&str] = &["libzookeeper-java", "default-jre-headless"];
-
-fn auto_backend() -> Result<Backend> {
-    // Decided once per process, under a lock so that concurrent tests do not each probe Docker
-    // or print the choice: `Some(None)` records that nothing worked (the local installation's
-    // error is then returned again, cheaply, without another `docker pull` or install).
-    static CHOICE: std::sync::Mutex<Option<Option<Backend>>> = std::sync::Mutex::new(None);
-    let mut decided = server_process::lock(&CHOICE);
-    match *decided {
-        Some(Some(backend)) => return Ok(backend),
-        Some(None) => return Installation::discover().map(|_| Backend::Process),
-        None => {}
-    }
-    let local = match Installation::discover() {
-        Ok(_) => {
-            *decided = Some(Some(Backend::Process));
-            return Ok(Backend::Process);
-        }
-        Err(local) => local,
-    };
-    if docker_ready() {
-        provision::say(format_args!(
-            "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
-            docker_image()
-        ));
-        *decided = Some(Some(Backend::Docker));
-        return Ok(Backend::Docker);
-    }
-    // Installing packages is opt-in (feature `provision`): a user's tests never run apt-get.
-    if !cfg!(feature = "provision") {
-        *decided = Some(None);
-        return Err(local);
-    }
-    let installed = provision::install_debian_packages(
-        ZOOKEEPER_PACKAGES,
-        &format!(
-            "the tests need a ZooKeeper server and none was found (no local installation: {local}; no Docker engine with the image {})",
-            docker_image()
-        ),
-        || Installation::discover().err().map(|e| e.to_string()),
-    );
-    match installed {
-        Ok(true) => {
-            *decided = Some(Some(Backend::Process));
-            Ok(Backend::Process)
-        }
-        Ok(false) => {
-            *decided = Some(None);
-            Err(local)
-        }
-        Err(e) => {
-            *decided = Some(None);
-            Err(e)
-        }
-    }
-}
-
-fn docker_image() -> String {
-    #[cfg(feature = "docker")]
-    {
-        docker::image_reference()
-    }
-    #[cfg(not(feature = "docker"))]
-    {
-        "(none: the crate feature `docker` is off)".to_owned()
-    }
-}
-
-/// Whether a Docker engine answers and has (or can pull) the image.
-fn docker_ready() -> bool {
-    #[cfg(feature = "docker")]
-    {
-        docker::image_available()
-    }
-    #[cfg(not(feature = "docker"))]
-    {
-        false
-    }
-}
-
-/// Where Java and the ZooKeeper jars are.
-#[derive(Debug, Clone)]
-pub(crate) struct Installation {
-    pub(crate) java: PathBuf,
-    pub(crate) classpath: OsString,
-}
-
-/// Debian's jars for a server, in `/usr/share/java`; the slf4j binding is added separately.
-const DEBIAN_JARS: &[&str] = &[
-    "zookeeper.jar",
-    "zookeeper-jute.jar",
-    "slf4j-api.jar",
-    "netty-handler.jar",
-    "netty-common.jar",
-    "netty-buffer.jar",
-    "netty-transport.jar",
-    "netty-codec.jar",
-    "netty-resolver.jar",
-    "netty-transport-native-epoll.jar",
-    "netty-transport-native-unix-common.jar",
-];
-
-const DEBIAN_JAVA_DIR: &str = "/usr/share/java";
-
-impl Installation {
-    pub(crate) fn discover() -> Result<Installation> {
-        let java = find_java()?;
-        let classpath = find_classpath()?;
-        Ok(Installation { java, classpath })
-    }
-}
-
 /// Whether server logs are wanted (`ZKR_TEST_ZK_LOG=1`).
 pub(crate) fn server_logs_wanted() -> bool {
     std::env::var("ZKR_TEST_ZK_LOG").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
@@ -491,107 +335,6 @@ pub(crate) fn server_logs_wanted() -> bool {
 /// it, only the directory of an ensemble dropped by a panic is kept.
 pub(crate) fn keep_wanted() -> bool {
     std::env::var("ZKR_TEST_KEEP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
-}
-
-fn find_java() -> Result<PathBuf> {
-    let mut searched = Vec::new();
-    if let Some(home) = std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
-        let java = Path::new(&home).join("bin").join("java");
-        if java.is_file() {
-            return Ok(java);
-        }
-        searched.push(format!("JAVA_HOME ({})", java.display()));
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let java = dir.join("java");
-            if java.is_file() {
-                return Ok(java);
-            }
-        }
-    }
-    searched.push("PATH".to_owned());
-    Err(HarnessError::JavaNotFound {
-        searched: searched.join(", "),
-    })
-}
-
-fn find_classpath() -> Result<OsString> {
-    if let Some(home) = std::env::var_os("ZOOKEEPER_HOME").filter(|h| !h.is_empty()) {
-        return tarball_classpath(Path::new(&home));
-    }
-    debian_classpath(Path::new(DEBIAN_JAVA_DIR))
-}
-
-/// The Apache tarball: `$ZOOKEEPER_HOME/lib/*.jar`, `$ZOOKEEPER_HOME/*.jar`, and `conf/` (its
-/// logback.xml) when present.
-fn tarball_classpath(home: &Path) -> Result<OsString> {
-    let mut entries = Vec::new();
-    let conf = home.join("conf");
-    if conf.is_dir() {
-        entries.push(conf);
-    }
-    for dir in [home.join("lib"), home.to_path_buf()] {
-        let Ok(read) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut jars: Vec<PathBuf> = read
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "jar"))
-            .collect();
-        jars.sort();
-        entries.extend(jars);
-    }
-    let has_server = entries.iter().any(|p| {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("zookeeper-") && !n.starts_with("zookeeper-jute"))
-    });
-    if !has_server {
-        return Err(HarnessError::ZooKeeperNotFound {
-            searched: format!(
-                "ZOOKEEPER_HOME: {}/lib and {}, no zookeeper-*.jar",
-                home.display(),
-                home.display()
-            ),
-        });
-    }
-    join_classpath(entries)
-}
-
-fn debian_classpath(dir: &Path) -> Result<OsString> {
-    let binding = if server_logs_wanted() {
-        "slf4j-simple.jar"
-    } else {
-        "slf4j-nop.jar"
-    };
-    let mut entries = Vec::new();
-    let mut missing = Vec::new();
-    for jar in DEBIAN_JARS.iter().copied().chain([binding]) {
-        let path = dir.join(jar);
-        if path.is_file() {
-            entries.push(path);
-        } else {
-            missing.push(jar);
-        }
-    }
-    if !missing.is_empty() {
-        return Err(HarnessError::ZooKeeperNotFound {
-            searched: format!(
-                "ZOOKEEPER_HOME (not set) and {} (missing {})",
-                dir.display(),
-                missing.join(", ")
-            ),
-        });
-    }
-    join_classpath(entries)
-}
-
-fn join_classpath(entries: Vec<PathBuf>) -> Result<OsString> {
-    std::env::join_paths(entries).map_err(|e| HarnessError::InvalidArgument {
-        what: "classpath",
-        reason: e.to_string(),
-    })
 }
 
 #[cfg(test)]
@@ -621,28 +364,5 @@ mod tests {
         .to_string();
         assert!(java.contains("default-jre-headless"), "{java}");
         assert!(java.contains("JAVA_HOME"), "{java}");
-    }
-
-    #[test]
-    fn debian_layout_reports_missing_jars() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let err = debian_classpath(dir.path()).expect_err("an empty dir has no jars");
-        let msg = err.to_string();
-        assert!(msg.contains("zookeeper.jar"), "{msg}");
-    }
-
-    #[test]
-    fn tarball_layout_needs_a_server_jar() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(dir.path().join("lib")).expect("mkdir");
-        assert!(tarball_classpath(dir.path()).is_err());
-        std::fs::write(dir.path().join("lib/zookeeper-3.9.2.jar"), b"").expect("write");
-        std::fs::write(dir.path().join("lib/slf4j-api-1.7.30.jar"), b"").expect("write");
-        let cp = tarball_classpath(dir.path()).expect("classpath");
-        let cp = cp.to_string_lossy();
-        assert!(
-            cp.contains("zookeeper-3.9.2.jar") && cp.contains("slf4j-api"),
-            "{cp}"
-        );
     }
 }
