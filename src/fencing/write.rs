@@ -1,12 +1,10 @@
 //! The operations of a fenced write and their results, and the request's size as the server
 //! measures it.
 
-use zookeeper_client::MultiWriteResult;
+use zookeeper_client::{Acl, MultiWriteResult};
 
 #[cfg(doc)]
 use super::Leadership;
-
-use zookeeper_client::Acl;
 
 /// The size in bytes of the multi request [`Leadership::fenced`] sends, as the server measures it
 /// against `jute.maxbuffer` (everything after the 4-byte length prefix), in jute's encoding:
