@@ -104,3 +104,113 @@ fn every_test_a_spec_cites_exists() {
         missing.join("\n")
     );
 }
+
+/// The library's module graph runs one way: no top-level module of `src/` reaches back to one
+/// that reaches it (a layer calling up into the layer that calls it). Edges are the `crate::x`
+/// paths in each module's code, comments and unit tests left out; a cycle fails the test with
+/// its path.
+#[test]
+fn the_library_module_graph_has_no_cycle() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let is_module = |name: &str| {
+        src.join(format!("{name}.rs")).exists() || src.join(name).join("mod.rs").exists()
+    };
+    let mut files = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        // The root only declares and re-exports; `specs` only includes documents.
+        if top == "lib" || top == "specs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default();
+        let targets = graph.entry(top.clone()).or_default();
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                rest = &rest[at + "crate::".len()..];
+                let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                    // `crate::{a::X, b}`: the first segment of each entry.
+                    let group = group.split('}').next().unwrap_or_default();
+                    group
+                        .split(',')
+                        .map(|e| e.trim().split("::").next().unwrap_or_default())
+                        .collect()
+                } else {
+                    vec![
+                        rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                            .next()
+                            .unwrap_or_default(),
+                    ]
+                };
+                for name in names {
+                    if name != top && is_module(name) {
+                        targets.insert(name.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        graph.len() >= 10 && graph.values().any(|t| !t.is_empty()),
+        "the module graph came out empty: is the parser still right? {graph:?}"
+    );
+    // Depth-first search; a node met again while on the stack closes a cycle.
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| n == node) {
+            let mut cycle = stack[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, stack, done) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, &graph, &mut Vec::new(), &mut done) {
+            panic!(
+                "the module graph has a cycle: {}\n(every edge: {graph:#?})",
+                cycle.join(" -> ")
+            );
+        }
+    }
+}
