@@ -39,10 +39,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::acl::NodeAcl;
-use crate::error::{Error, Result};
+use crate::error::{Backoff, Error, Result};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, Standing};
-use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
+use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// A participant in an election or a lock queue, as Curator's `Participant`.
@@ -364,19 +364,18 @@ async fn run(shared: Arc<Shared>) {
     let mut node: Option<OwnNode> = None;
     let mut watch: Option<OwnWatch> = None;
     let mut listing: Option<Vec<String>> = None;
-    let mut failures = 0u32;
+    let mut backoff = Backoff::new(shared.session.connection_timeout());
     let exit = loop {
         let step = step(&shared, &mut feed, &mut node, &mut watch, &mut listing).await;
         match step {
             Step::Again => {
-                failures = 0;
+                backoff.succeed();
                 // A step that failed without I/O (a retired client) must not starve the session's
                 // task, which is about to publish why.
                 tokio::task::yield_now().await;
             }
             Step::Backoff => {
-                failures = failures.saturating_add(1);
-                let pause = retry_backoff(failures, shared.session.connection_timeout());
+                let pause = backoff.fail();
                 tokio::select! {
                     _ = shared.stop.cancelled() => break Exit::Closed,
                     _ = tokio::time::sleep(pause) => {}

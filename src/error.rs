@@ -204,6 +204,59 @@ pub(crate) fn is_refusal(e: &zookeeper_client::Error) -> bool {
     )
 }
 
+impl Error {
+    /// Whether the request's fate is unknown or the connection is being re-established (a
+    /// connection loss, a timeout): a loop retries it, with a [`Backoff`], while its term or
+    /// task is still on.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, Error::ConnectionLoss | Error::Timeout(_))
+    }
+}
+
+/// The pauses of one retry loop: 100 ms after the first failure in a row, doubling up to a cap;
+/// a success starts over. Every retry loop of the crate counts its failures with one, so they
+/// all back off alike.
+#[derive(Debug, Clone)]
+pub(crate) struct Backoff {
+    failures: u32,
+    cap: Duration,
+}
+
+impl Backoff {
+    /// The first pause after a failure.
+    const FIRST: Duration = Duration::from_millis(100);
+
+    /// No failure yet; pauses grow to at most `cap`.
+    pub(crate) fn new(cap: Duration) -> Backoff {
+        Backoff { failures: 0, cap }
+    }
+
+    /// Counts a failure; returns the pause before the next attempt.
+    pub(crate) fn fail(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        self.pause()
+    }
+
+    /// A success: the next failure pauses the shortest time again.
+    pub(crate) fn succeed(&mut self) {
+        self.failures = 0;
+    }
+
+    /// Failures in a row so far.
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// The pause after the failures counted so far (zero before the first).
+    pub(crate) fn pause(&self) -> Duration {
+        if self.failures == 0 {
+            return Duration::ZERO;
+        }
+        let doublings = (self.failures - 1).min(16);
+        Self::FIRST.saturating_mul(1u32 << doublings).min(self.cap)
+    }
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -255,5 +308,37 @@ mod tests {
     fn error_is_send_sync() {
         fn assert_send_sync<T: Send + Sync + 'static>() {}
         assert_send_sync::<Error>();
+    }
+
+    #[test]
+    fn a_backoff_doubles_from_100_ms_up_to_its_cap_and_starts_over_after_a_success() {
+        let cap = Duration::from_secs(1);
+        let mut backoff = Backoff::new(cap);
+        assert_eq!(backoff.pause(), Duration::ZERO);
+        assert_eq!(backoff.fail(), Duration::from_millis(100));
+        assert_eq!(backoff.fail(), Duration::from_millis(200));
+        assert_eq!(backoff.fail(), Duration::from_millis(400));
+        assert_eq!(backoff.fail(), Duration::from_millis(800));
+        assert_eq!(backoff.fail(), cap);
+        assert_eq!(backoff.failures(), 5);
+        for _ in 0..100 {
+            backoff.fail();
+        }
+        assert_eq!(backoff.pause(), cap);
+        backoff.succeed();
+        assert_eq!(backoff.fail(), Duration::from_millis(100));
+        let mut saturated = Backoff {
+            failures: u32::MAX,
+            cap,
+        };
+        assert_eq!(saturated.fail(), cap);
+    }
+
+    #[test]
+    fn connection_loss_and_timeouts_are_transient_refusals_are_not() {
+        assert!(Error::ConnectionLoss.is_transient());
+        assert!(Error::Timeout(Duration::from_secs(1)).is_transient());
+        assert!(!Error::SessionExpired.is_transient());
+        assert!(!Error::Closed.is_transient());
     }
 }

@@ -20,8 +20,7 @@ use super::plan::{self, Crash, NotRun, NotRunReason, Records, Recovery, SettleRe
 use super::record::{Control, JobState, UNPLACED};
 use super::{AbortOnDrop, Inner, JobEvent, Schedule, SlotJob, SlotRecord, SlotState};
 use crate::clock::BootTime;
-use crate::error::BoxError;
-use crate::error::{Error, Result};
+use crate::error::{Backoff, BoxError, Error, Result};
 use crate::fencing::{FencedOp, FencedResult, Leadership};
 use crate::path;
 
@@ -260,16 +259,17 @@ impl<'a> TermRun<'a> {
         // The first look at the schedule in a term finds the slots that came due while no
         // replica ran the job: they are late.
         let mut late = true;
-        let mut failures = 0u32;
+        let mut backoff = Backoff::new(TICK);
         loop {
             match self.step(job, &mut late).await {
-                Ok(()) => failures = 0,
+                Ok(()) => backoff.succeed(),
                 Err(Stop::Failed(e)) if needs_reload(&e) => {
                     // A write whose reply was lost, a read that failed, or a compare-and-set
                     // that lost to an operator: read everything again and decide afresh. A
                     // claim that did land is found `running` and handled as cut off (its run
                     // never started).
-                    failures += 1;
+                    let pause = backoff.fail();
+                    let failures = backoff.failures();
                     if failures > 3 {
                         warn!(error = %e, failures, "the job's loop keeps failing; reloading");
                     } else {
@@ -277,7 +277,7 @@ impl<'a> TermRun<'a> {
                     }
                     tokio::select! {
                         _ = self.term.cancelled() => return Err(Stop::TermOver),
-                        _ = tokio::time::sleep(crate::session::retry_backoff(failures, TICK)) => {}
+                        _ = tokio::time::sleep(pause) => {}
                     }
                     self.queue.clear();
                     self.buffered = false;
@@ -383,16 +383,16 @@ impl<'a> TermRun<'a> {
 
     /// Reads the job's nodes, retrying transient failures while the term is valid.
     async fn load_with_retries(&mut self) -> std::result::Result<(), Stop> {
-        let mut failures = 0u32;
+        let mut backoff = Backoff::new(TICK);
         loop {
             match self.load().await {
                 Ok(()) => return Ok(()),
-                Err(e @ (Error::ConnectionLoss | Error::Timeout(_))) => {
-                    failures += 1;
-                    debug!(error = %e, failures, "reading the job's state failed; retrying");
+                Err(e) if e.is_transient() => {
+                    let pause = backoff.fail();
+                    debug!(error = %e, failures = backoff.failures(), "reading the job's state failed; retrying");
                     tokio::select! {
                         _ = self.term.cancelled() => return Err(Stop::TermOver),
-                        _ = tokio::time::sleep(crate::session::retry_backoff(failures, TICK)) => {}
+                        _ = tokio::time::sleep(pause) => {}
                     }
                 }
                 Err(e) => return Err(e.into()),
@@ -750,10 +750,9 @@ fn new_version(results: &[FencedResult], index: usize) -> Option<i32> {
 /// connection, or a compare-and-set that found the nodes changed (an operator's `resolve`).
 fn needs_reload(e: &Error) -> bool {
     use zookeeper_client::Error as Zk;
-    matches!(
-        e,
-        Error::ConnectionLoss
-            | Error::Timeout(_)
-            | Error::Zookeeper(Zk::BadVersion | Zk::NodeExists | Zk::NoNode)
-    )
+    e.is_transient()
+        || matches!(
+            e,
+            Error::Zookeeper(Zk::BadVersion | Zk::NodeExists | Zk::NoNode)
+        )
 }

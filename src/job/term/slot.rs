@@ -7,12 +7,16 @@ use std::time::Duration;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::{Stop, TICK, TermRun, new_version};
-use crate::error::Error;
+use crate::error::Backoff;
 use crate::fencing::{FencedOp, FencingToken};
 use crate::job::plan::{self, OverlapPlan, PendingReason, RunEnd, Work};
 use crate::job::{
     AbortOnDrop, JobEvent, RunningSlot, Schedule, SlotJob, SlotRecord, SlotRun, SlotState,
 };
+
+/// How many times a slot's end is written before the term gives up on it (each lost reply is
+/// looked at before the next write).
+const MAX_END_ATTEMPTS: u32 = 20;
 
 impl TermRun<'_> {
     /// Claims a slot, runs the job, records the end.
@@ -228,9 +232,8 @@ impl TermRun<'_> {
         exit_code: Option<i32>,
     ) -> std::result::Result<(), Stop> {
         let (state, error) = plan::outcome(end);
-        let mut attempts = 0u32;
+        let mut backoff = Backoff::new(TICK);
         loop {
-            attempts += 1;
             let Some((mut record, version)) = self.records.get(key).cloned() else {
                 return Ok(());
             };
@@ -259,13 +262,14 @@ impl TermRun<'_> {
                     self.prune().await;
                     return Ok(());
                 }
-                Err(e @ (Error::ConnectionLoss | Error::Timeout(_))) if attempts < 20 => {
+                Err(e) if e.is_transient() && backoff.failures() + 1 < MAX_END_ATTEMPTS => {
+                    let pause = backoff.fail();
                     // The reply was lost: see what the record says now, and write again if it
                     // is still ours and running.
                     debug!(slot = %key, error = %e, "recording the slot's end failed; retrying");
                     tokio::select! {
                         _ = self.term.cancelled() => {}
-                        _ = tokio::time::sleep(crate::session::retry_backoff(attempts, TICK)) => {}
+                        _ = tokio::time::sleep(pause) => {}
                     }
                     if let Ok(client) = self.inner.session.client()
                         && let Ok((data, stat)) = client.get_data(&self.slot_path(key)).await
