@@ -88,6 +88,7 @@
 //! | (none; client-go's `OnNewLeader`, etcd's `Election.Observe`) | [`LeaderObserver`] |
 //! | (none; sharded controllers, Helix-style partition leaders) | [`LeaderPool`] |
 //! | (none; ShedLock, Quartz clustered, Kubernetes CronJob) | [`job::ScheduledJob`]: once per schedule slot across failovers, fenced ([`job`]) |
+//! | `new InterProcessMutex(client, path)` | [`InterProcessMutex::builder`] → [`InterProcessMutexBuilder::build`] (every recipe has one builder shape) |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
 //! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
 //! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`] |
