@@ -9,7 +9,8 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, assumed_tick, grace_limit};
-use super::{Session, SessionStatus, Shared, StopOnDrop, supervise};
+use super::supervise::supervise;
+use super::{Session, SessionStatus, Shared, StopOnDrop};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::path::{self, ConnectString};
