@@ -12,9 +12,9 @@ use crate::contender::{
 };
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
-use crate::leader::feed::until_done;
 use crate::path::{self, LATCH_LOCK_NAME};
 use crate::session::Session;
+use crate::session::until_done;
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// What a latch tells its listeners on [`close`](LeaderLatch::close) while it leads.

@@ -11,8 +11,8 @@ use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
 use crate::path;
+use crate::session::{Change, classify, flag_set, log_state, until_done};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
 use crate::state::ConnectionState;
 
