@@ -1,4 +1,10 @@
 //! The managed session ([`Session`] has what it adds to the raw client): builder, lease, protected create, status feed.
+//!
+//! One idea per file: `builder` (the settings, their defaults, `start`), `lease` (the deadline
+//! and the rules that prove it), `relay` (what each connection negotiates), `supervise` (the
+//! background task: connect, heartbeat, resume, start over), `create` (Curator's protected
+//! create), `feed` (every status change, for a recipe's task). Here: the handle, its
+//! [`SessionStatus`], and what the recipes read from it.
 
 mod builder;
 mod create;
