@@ -535,7 +535,6 @@ fn publish(
     let _ = shared.events_tx.send(status);
 }
 
-/// Builds a client for a new ZooKeeper session, creating the chroot if needed.
 /// How long [`probe_hosts`] waits for each host (or the connection timeout, if shorter).
 const PROBE_BOUND: Duration = Duration::from_secs(1);
 
@@ -594,6 +593,7 @@ async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Res
     }
 }
 
+/// Builds a client for a new ZooKeeper session, creating the chroot if needed.
 async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
     let mut connector = Client::connector()
         .with_session_timeout(config.session_timeout)
