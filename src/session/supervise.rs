@@ -26,7 +26,7 @@ const MAX_HEARTBEATS_IN_FLIGHT: usize = 2;
 /// How the client of one ZooKeeper session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EndOfSession {
-    /// [`Session::close`].
+    /// [`Session::close`](super::Session::close).
     Closed,
     /// The client gave up on the session without the servers saying it expired (zookeeper-client
     /// declares a session expired by itself after about 7/5 of the timeout without a
