@@ -173,12 +173,7 @@ impl Session {
 
     /// Creates `path` and its missing ancestors as container nodes with `acl` (Curator's
     /// `creatingParentContainersIfNeeded`, which gives parents the ACL provider's ACL too).
-    pub(crate) async fn create_parents(
-        &self,
-        live: &Live,
-        path: &str,
-        acl: &NodeAcl,
-    ) -> Result<()> {
+    async fn create_parents(&self, live: &Live, path: &str, acl: &NodeAcl) -> Result<()> {
         let container = CreateMode::Container.with_acls(acl.as_acls());
         match live.client.mkdir(path, &container).await {
             Ok(()) | Err(zookeeper_client::Error::NodeExists) => Ok(()),
@@ -244,7 +239,7 @@ impl Session {
     /// Such a node belongs to the session current when the create was sent; it is deleted once a
     /// client of that session is connected, however long that takes (a node left in line would
     /// hold the election for as long as its session lives), and dies with that session otherwise.
-    pub(crate) async fn delete_protected(&self, parent: &str, prefix: &str) {
+    async fn delete_protected(&self, parent: &str, prefix: &str) {
         let Some(owner) = self.current_session_id().await else {
             return;
         };

@@ -420,7 +420,7 @@ impl Session {
     }
 
     /// A receiver of every status change (what [`state_changes`](Self::state_changes) is built on).
-    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<SessionStatus> {
+    fn subscribe_changes(&self) -> broadcast::Receiver<SessionStatus> {
         self.shared.events_tx.subscribe()
     }
 
