@@ -13,9 +13,8 @@ use crate::contender::{
 };
 use crate::error::{Error, Result};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
-use crate::leader::feed::until_done;
 use crate::path::LATCH_LOCK_NAME;
-use crate::session::Session;
+use crate::session::{Session, until_done};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// What a latch tells its listeners on [`close`](LeaderLatch::close) while it leads.

@@ -3,7 +3,6 @@
 //! [`LeaderObserver`] (follow who leads without standing); [`LeaderPool`] (many jobs spread
 //! evenly over the replicas, one latch per job).
 
-mod feed;
 mod latch;
 mod observer;
 mod pool;

@@ -12,9 +12,11 @@ use zookeeper_client::{EventType, OneshotWatcher};
 use crate::checks;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
 use crate::path;
-use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
+use crate::session::{
+    Change, Live, Session, SessionStatus, StatusFeed, classify, flag_set, hex, log_state,
+    until_done,
+};
 use crate::state::ConnectionState;
 
 /// Who leads an election path: what a [`LeaderObserver`] reports.

@@ -14,9 +14,9 @@ use crate::checks;
 use crate::contender;
 use crate::error::{Error, Result};
 use crate::fencing::{FencedOp, Leadership, TermEnd};
-use crate::leader::feed::{Change, classify, flag_set, log_state, until_done};
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
 use crate::path::{self, LATCH_LOCK_NAME};
+use crate::session::{Change, classify, flag_set, log_state, until_done};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
 

@@ -1,15 +1,93 @@
-//! What the watching recipes (observer, pool) share on top of the session's [`StatusFeed`]: a
-//! backoff that wakes on connection changes, classifying a change for a watch, event streams.
+//! Every status change of a session, in order, for a recipe's task ([`StatusFeed`]), and what
+//! the watching recipes (observer, pool) share on top of it: a backoff that wakes on connection
+//! changes, classifying a change for a watch, event streams.
 
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::session::{SessionStatus, StatusFeed, is_transient, retry_backoff};
+use super::{Live, Session, SessionStatus, is_transient, retry_backoff};
 use crate::state::ConnectionState;
 
+/// Every status change of a session, in order, for a recipe's task: the contender core, the
+/// observer and the pool each read one.
+pub(crate) struct StatusFeed {
+    rx: broadcast::Receiver<SessionStatus>,
+    session: Session,
+}
+
 impl StatusFeed {
+    pub(crate) fn new(session: &Session) -> Self {
+        StatusFeed {
+            rx: session.subscribe_changes(),
+            session: session.clone(),
+        }
+    }
+
+    /// The next status change (the latest status when the feed fell behind; `closed` once the
+    /// session is gone).
+    pub(crate) async fn next(&mut self) -> SessionStatus {
+        match self.rx.recv().await {
+            Ok(status) => status,
+            Err(broadcast::error::RecvError::Lagged(_)) => self.session.status(),
+            Err(broadcast::error::RecvError::Closed) => {
+                let mut status = self.session.status();
+                status.closed = true;
+                status
+            }
+        }
+    }
+
+    /// The session this feed follows.
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// A change that is already queued, if any (the latest status when the feed fell behind).
+    pub(crate) fn try_next(&mut self) -> Option<SessionStatus> {
+        match self.rx.try_recv() {
+            Ok(status) => Some(status),
+            Err(broadcast::error::TryRecvError::Lagged(_)) => Some(self.session.status()),
+            Err(_) => None,
+        }
+    }
+
+    /// Waits until the session is `Connected` or `Reconnected` (not `ReadOnly`: a read-only
+    /// server may lag arbitrarily) and returns its client; `None` when `stop` fires or the session
+    /// closes. `seen` is called with every change that passes meanwhile.
+    pub(crate) async fn wait_quorum(
+        &mut self,
+        stop: &CancellationToken,
+        mut seen: impl FnMut(&SessionStatus),
+    ) -> Option<Live> {
+        loop {
+            if stop.is_cancelled() {
+                return None;
+            }
+            let status = self.session.status();
+            if status.closed {
+                return None;
+            }
+            if matches!(
+                status.state,
+                Some(ConnectionState::Connected | ConnectionState::Reconnected)
+            ) && let Ok(live) = self.session.live()
+            {
+                return Some(live);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                status = self.next() => {
+                    seen(&status);
+                    if status.closed {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
     /// After the `failures`th failed read in a row: logs `e` (a transient error at `debug`),
     /// then waits the backoff for `failures`, or less if the connection changes meanwhile.
     /// `false` when `stop` fires or the session closes.

@@ -1,0 +1,373 @@
+//! Building a session: [`SessionBuilder`] holds the settings and their defaults, `validate`
+//! checks them into the [`Config`] the session runs with, and `start` spawns its supervisor.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{self, assumed_tick, grace_limit};
+use super::supervise::supervise;
+use super::{Session, SessionStatus, Shared, StopOnDrop};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::path::{self, ConnectString};
+
+/// [`Session::DEFAULT_SESSION_TIMEOUT`].
+pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+/// [`Session::DEFAULT_CONNECTION_TIMEOUT`].
+pub(crate) const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
+/// [`Session::DEFAULT_JUTE_MAX_BUFFER`].
+pub(crate) const DEFAULT_JUTE_MAX_BUFFER: usize = 0xfffff;
+
+/// Builds a [`Session`].
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo() -> zookeeper_recipes::Result<()> {
+/// use std::time::Duration;
+/// use zookeeper_recipes::Session;
+///
+/// let session = Session::builder("127.0.0.1:2181/services")
+///     .session_timeout(Duration::from_secs(10))
+///     .connection_timeout(Duration::from_secs(5))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `start` or `connect` is called"]
+pub struct SessionBuilder {
+    connect: String,
+    chroot: Option<String>,
+    session_timeout: Duration,
+    connection_timeout: Duration,
+    digest: Option<(String, String)>,
+    read_only: bool,
+    lease_margin: Option<Duration>,
+    server_tick_time: Option<Duration>,
+    jute_max_buffer: usize,
+    clock: Clock,
+}
+
+impl SessionBuilder {
+    /// A builder with every setting at its default.
+    pub(super) fn new(connect: String) -> Self {
+        SessionBuilder {
+            connect,
+            chroot: None,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            digest: None,
+            read_only: false,
+            lease_margin: None,
+            server_tick_time: None,
+            jute_max_buffer: DEFAULT_JUTE_MAX_BUFFER,
+            clock: Clock::system(),
+        }
+    }
+
+    /// The session timeout to ask the server for (default 60 s, Curator's). The server clamps it
+    /// to its `[minSessionTimeout, maxSessionTimeout]`; the negotiated value is what counts.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) waits for the first session (default 15 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// A chroot (Curator's namespace) for every path; it is created (with its missing ancestors,
+    /// open to anyone) if missing. One that cannot be created (no permission, an ephemeral node
+    /// in its way) means no session: [`connect`](Self::connect) returns [`Error::Refused`]. The
+    /// connect string may carry one instead (`host:2181/app`), not both.
+    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = Some(chroot.into());
+        self
+    }
+
+    /// Authenticates with ZooKeeper's `digest` scheme as `user:password`.
+    pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.digest = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Accept read-only servers (Curator's `canBeReadOnly`); default `false`.
+    ///
+    /// A client that starts on a read-only server opens a brand-new ZooKeeper session when it
+    /// reaches a writable one; the session reports that as `Lost` then a new session. Note that
+    /// zookeeper-client 0.11 could not establish a session on a ZooKeeper 3.8 read-only server
+    /// in our tests (it cannot parse the server's answer), so with those parts this setting
+    /// only keeps connection attempts to such a server failing.
+    pub fn can_be_read_only(mut self, allowed: bool) -> Self {
+        self.read_only = allowed;
+        self
+    }
+
+    /// How much earlier than the server could expire the session this process stops trusting it
+    /// (default 1/20 of the negotiated timeout, at least 10 ms).
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.lease_margin = Some(margin);
+        self
+    }
+
+    /// The servers' `tickTime` (default: ZooKeeper's default of 2 s, but at most a third of the
+    /// negotiated session timeout; a `warn!` at connect says when it is assumed).
+    ///
+    /// In an ensemble only the quorum leader expires sessions, and a follower passes the sessions
+    /// it has heard from to the leader only in its replies to the leader's pings, every half
+    /// tick. So the session can prove a heartbeat reached the quorum only about a tick and a
+    /// half after sending it, and its deadline ([`Session::safe_until`]) trails the timeout by
+    /// that much (see the deadline section of `recipes/leader-latch.md`). Set this when the
+    /// servers run a tick larger than the default assumes; a larger value is always safe, a
+    /// smaller one than the servers' is not. A session timeout shorter than about four ticks
+    /// leaves too little room, and the session is lost at every hiccup (a warning says so).
+    pub fn server_tick_time(mut self, tick: Duration) -> Self {
+        self.server_tick_time = Some(tick);
+        self
+    }
+
+    /// The largest request the servers accept, in bytes: their `jute.maxbuffer` (default
+    /// [`Session::DEFAULT_JUTE_MAX_BUFFER`], 1 MiB - 1). A server closes the *connection* of a client that
+    /// sends a bigger packet, which suspends the session and, under the Standard policy, ends
+    /// every term on it; so a fenced write ([`Leadership::fenced`](crate::Leadership::fenced))
+    /// bigger than this is refused before it is sent ([`Error::RequestTooLarge`]). Set it to the
+    /// servers' value if they run with a larger one.
+    pub fn jute_max_buffer(mut self, bytes: usize) -> Self {
+        self.jute_max_buffer = bytes;
+        self
+    }
+
+    /// The clock the session's lease, and every term won on it, read (default
+    /// [`Clock::system`]). Tests pass a [`TestClock`](crate::clock::TestClock)'s to suspend,
+    /// freeze or step it.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// [`Session::default_grace`] for a session built this way, with the requested timeout.
+    pub fn default_grace(&self) -> Duration {
+        lease::default_grace(self.grace_limit())
+    }
+
+    /// [`Session::grace_limit`] for a session built this way, with the requested timeout
+    /// (the servers may negotiate a shorter one).
+    pub fn grace_limit(&self) -> Duration {
+        let margin = self
+            .lease_margin
+            .unwrap_or_else(|| lease::default_margin(self.session_timeout));
+        grace_limit(
+            self.session_timeout,
+            assumed_tick(self.server_tick_time, self.session_timeout),
+            margin,
+        )
+    }
+
+    fn validate(self) -> Result<Config> {
+        let parsed = ConnectString::parse(&self.connect)?;
+        let chroot = match (parsed.chroot.clone(), self.chroot) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidConnectString {
+                    connect: self.connect,
+                    reason: "a chroot is given both in the connect string and by `chroot()`".into(),
+                });
+            }
+            (Some(c), None) => Some(c),
+            (None, Some(c)) => {
+                path::validate_chroot(&c)?;
+                (c != "/").then_some(c)
+            }
+            (None, None) => None,
+        };
+        if self.session_timeout.is_zero() {
+            return Err(Error::InvalidArgument {
+                what: "session timeout",
+                reason: "must be greater than zero".into(),
+            });
+        }
+        if self.connection_timeout.is_zero() {
+            return Err(Error::InvalidArgument {
+                what: "connection timeout",
+                reason: "must be greater than zero".into(),
+            });
+        }
+        if let Some((user, _)) = &self.digest
+            && (user.is_empty() || user.contains(':'))
+        {
+            return Err(Error::InvalidArgument {
+                what: "digest user",
+                reason: "must be non-empty and must not contain ':'".into(),
+            });
+        }
+        if self.server_tick_time.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidArgument {
+                what: "server tick time",
+                reason: "must be greater than zero".into(),
+            });
+        }
+        if self.jute_max_buffer == 0 {
+            return Err(Error::InvalidArgument {
+                what: "jute.maxbuffer",
+                reason: "must be greater than zero".into(),
+            });
+        }
+        Ok(Config {
+            hosts: parsed.hosts_joined(),
+            chroot,
+            session_timeout: self.session_timeout,
+            connection_timeout: self.connection_timeout,
+            digest: self.digest,
+            read_only: self.read_only,
+            lease_margin: self.lease_margin,
+            server_tick_time: self.server_tick_time,
+            jute_max_buffer: self.jute_max_buffer,
+            clock: self.clock,
+        })
+    }
+
+    /// Validates the settings and starts the session in the background; returns at once.
+    ///
+    /// The first state change is `Connected` once a server answers.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConnectString`], [`Error::InvalidPath`] (relative chroot),
+    /// [`Error::InvalidArgument`] (zero timeout, bad digest user), [`Error::NoRuntime`] outside a
+    /// tokio runtime.
+    pub fn start(self) -> Result<Session> {
+        let config = self.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let (status_tx, _) = watch::channel(SessionStatus::initial());
+        let (events_tx, _) = broadcast::channel(64);
+        let shared = Arc::new(Shared {
+            config,
+            status_tx,
+            events_tx,
+            current: RwLock::new(None),
+            stop: CancellationToken::new(),
+            supervisor: Mutex::new(None),
+            refusal: Mutex::new(None),
+            tick_warned: AtomicBool::new(false),
+        });
+        let task = runtime.spawn(supervise(Arc::clone(&shared)));
+        if let Ok(mut slot) = shared.supervisor.lock() {
+            *slot = Some(task);
+        }
+        let closer = Arc::new(StopOnDrop(shared.stop.clone()));
+        Ok(Session {
+            shared,
+            _closer: closer,
+        })
+    }
+
+    /// Starts the session and waits until the first ZooKeeper session is established, at most
+    /// the connection timeout.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), and when no session was established within the connection
+    /// timeout (the session is then closed), why: [`Error::Unreachable`] when no host could be
+    /// reached (its message says `connection refused` when nothing listens), [`Error::Refused`]
+    /// (the chroot does not exist and cannot be created: no permission, or an ephemeral node in
+    /// its way) or [`Error::AuthFailed`] when the servers answered but refused what a session
+    /// needs, else [`Error::Timeout`]. Within the connection timeout it retries with a bounded
+    /// backoff (at most a second between rounds of the hosts), logging each failed attempt at
+    /// `warn` at once, so a server that is still starting is waited for.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the session, which stops connecting.
+    pub async fn connect(self) -> Result<Session> {
+        let timeout = self.connection_timeout;
+        let session = self.start()?;
+        match session.wait_connected(timeout).await {
+            Ok(()) => Ok(session),
+            Err(Error::Timeout(t)) => {
+                let refusal = session.shared.refusal.lock().ok().and_then(|r| r.clone());
+                Err(refusal.unwrap_or(Error::Timeout(t)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Config {
+    pub(super) hosts: String,
+    pub(super) chroot: Option<String>,
+    pub(super) session_timeout: Duration,
+    pub(super) connection_timeout: Duration,
+    pub(super) digest: Option<(String, String)>,
+    pub(super) read_only: bool,
+    pub(super) lease_margin: Option<Duration>,
+    pub(super) server_tick_time: Option<Duration>,
+    pub(super) jute_max_buffer: usize,
+    pub(super) clock: Clock,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_rejected_before_connecting() {
+        let bad = |b: SessionBuilder| b.validate().err();
+        assert!(matches!(
+            bad(Session::builder("")),
+            Some(Error::InvalidConnectString { .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1,,b:2")),
+            Some(Error::InvalidConnectString { .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").session_timeout(Duration::ZERO)),
+            Some(Error::InvalidArgument {
+                what: "session timeout",
+                ..
+            })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").connection_timeout(Duration::ZERO)),
+            Some(Error::InvalidArgument {
+                what: "connection timeout",
+                ..
+            })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").chroot("app")),
+            Some(Error::InvalidPath { .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1/x").chroot("/y")),
+            Some(Error::InvalidConnectString { .. })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").digest_auth("", "p")),
+            Some(Error::InvalidArgument {
+                what: "digest user",
+                ..
+            })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").server_tick_time(Duration::ZERO)),
+            Some(Error::InvalidArgument {
+                what: "server tick time",
+                ..
+            })
+        ));
+        let ok = Session::builder("a:1").chroot("/app").validate().unwrap();
+        assert_eq!(ok.chroot.as_deref(), Some("/app"));
+    }
+
+    #[test]
+    fn start_outside_a_runtime_is_a_typed_error() {
+        assert!(matches!(
+            Session::builder("127.0.0.1:1").start(),
+            Err(Error::NoRuntime)
+        ));
+    }
+}

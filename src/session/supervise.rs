@@ -1,0 +1,724 @@
+//! The session's supervisor: its one background task, which connects, serves each ZooKeeper
+//! session (heartbeats, the lease, the client's and the relay's reports), publishes every state
+//! change, resumes a session its client gave up on, and starts a new session after loss.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+use zookeeper_client::{Acls, Client, CreateMode, SessionInfo, SessionState};
+
+use super::builder::Config;
+use super::lease::{self, Lease, QuorumProof, assumed_tick, heartbeat_interval, relay_allowance};
+use super::relay::{Relay, RelayEvent};
+use super::{Live, SessionStatus, Shared, hex};
+use crate::clock::{BootTime, BootTimer};
+use crate::error::{Error, Result};
+use crate::state::{ClientSignal, ConnectionState, next_state};
+
+/// At most this many heartbeats wait for an answer at once (they queue while disconnected).
+const MAX_HEARTBEATS_IN_FLIGHT: usize = 2;
+
+/// How the client of one ZooKeeper session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndOfSession {
+    /// [`Session::close`](super::Session::close).
+    Closed,
+    /// The client gave up on the session without the servers saying it expired (zookeeper-client
+    /// declares a session expired by itself after about 7/5 of the timeout without a
+    /// connection): the session may well be alive on the servers, and a new client resumes it.
+    GaveUp,
+    /// The servers said the session expired.
+    Expired,
+    /// The client ended for a reason a resume would meet again (refused credentials), or it
+    /// left its session for another one (a read-only session it replaced).
+    Failed,
+}
+
+/// A heartbeat's send time, the connection it went out on, and when it was answered.
+type Heartbeat =
+    Pin<Box<dyn std::future::Future<Output = (BootTime, u64, Option<BootTime>)> + Send>>;
+
+/// A session whose client gave up on it: what a new client needs to resume it.
+struct Resume {
+    info: SessionInfo,
+    lease: Arc<Lease>,
+    timeout: Duration,
+}
+
+/// The session's one background task: connects, watches, proves the session alive, resumes a
+/// session its client gave up on, starts a new session after loss. All state changes go through
+/// `publish`.
+pub(super) async fn supervise(shared: Arc<Shared>) {
+    let clock = shared.config.clock.clone();
+    // Every connection of the client goes through the relay, which reads what each one
+    // negotiates (see `relay`).
+    let (relay_tx, mut relay_events) = mpsc::unbounded_channel();
+    let relay = match Relay::start(&shared.config.hosts, clock.clone(), relay_tx).await {
+        Ok(relay) => relay,
+        Err(e) => {
+            error!(error = %e, "cannot listen on loopback for the session's relay; the session cannot start");
+            if let Ok(mut refusal) = shared.refusal.lock() {
+                *refusal = Some(Error::Unreachable {
+                    reason: format!("cannot listen on loopback for the session's relay: {e}"),
+                });
+            }
+            publish_closed(&shared, None, 0);
+            return;
+        }
+    };
+    let mut epoch = 0u64;
+    let mut state: Option<ConnectionState> = None;
+    let mut failures = 0u32;
+    let mut resume: Option<Resume> = None;
+    loop {
+        let started = clock.now();
+        let connected = tokio::select! {
+            _ = shared.stop.cancelled() => break,
+            r = async {
+                match &resume {
+                    Some(r) => connect_resumed(&shared.config, &relay.local, r).await,
+                    None => connect_client(&shared.config, &relay.local).await,
+                }
+            } => r,
+        };
+        let client = match connected {
+            Ok(client) => client,
+            Err(Error::SessionExpired) if resume.is_some() => {
+                // The servers say the session the client gave up on is gone: now it is lost.
+                if let Some(r) = resume.take() {
+                    lose(
+                        &shared,
+                        &mut state,
+                        epoch,
+                        &r.lease,
+                        "the servers say the session expired",
+                    );
+                }
+                continue;
+            }
+            Err(err) => {
+                failures = failures.saturating_add(1);
+                let backoff = retry_backoff(
+                    failures,
+                    MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout),
+                );
+                if matches!(
+                    err,
+                    Error::Refused { .. } | Error::AuthFailed | Error::Unreachable { .. }
+                ) && let Ok(mut refusal) = shared.refusal.lock()
+                {
+                    *refusal = Some(err.clone());
+                }
+                if matches!(err, Error::AuthFailed) {
+                    error!(hosts = %shared.config.hosts, "ZooKeeper refused the credentials; retrying in {backoff:?}");
+                } else if resume.is_some() {
+                    debug!(hosts = %shared.config.hosts, error = %err, "could not resume the session yet; retrying in {backoff:?}");
+                } else {
+                    warn!(hosts = %shared.config.hosts, error = %err, "could not establish a ZooKeeper session; retrying in {backoff:?}");
+                }
+                tokio::select! {
+                    _ = shared.stop.cancelled() => break,
+                    _ = tokio::time::sleep(backoff) => continue,
+                }
+            }
+        };
+        failures = 0;
+        epoch += 1;
+        let session_id = client.session_id().0;
+        let resumed = resume.take();
+        let (lease, timeout, new_session) = match resumed {
+            Some(r) => {
+                info!(session_id = %hex(session_id), epoch, "resumed the session its client had given up on: its nodes are still there");
+                (r.lease, r.timeout, false)
+            }
+            None => {
+                let timeout = client.session_timeout();
+                let tick = assumed_tick(shared.config.server_tick_time, timeout);
+                if shared.config.server_tick_time.is_none()
+                    && !shared.tick_warned.swap(true, Ordering::AcqRel)
+                {
+                    warn!(
+                        assumed_tick_ms = tick.as_millis() as u64,
+                        negotiated_timeout_ms = timeout.as_millis() as u64,
+                        "the servers' tickTime is not configured: the lease assumes {tick:?} (ZooKeeper's default, at most a third of the timeout); a larger real tick makes the lease unsafe, so set it (SessionBuilder::server_tick_time, zkr --server-tick-time)"
+                    );
+                }
+                info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = timeout.as_millis() as u64,
+                    "ZooKeeper session established");
+                let lease = Arc::new(Lease::new(
+                    clock.clone(),
+                    started,
+                    timeout,
+                    shared.config.lease_margin,
+                ));
+                (lease, timeout, true)
+            }
+        };
+        let tick = assumed_tick(shared.config.server_tick_time, timeout);
+        let live = Live {
+            client: client.clone(),
+            epoch,
+            session_id,
+            lease: Arc::clone(&lease),
+        };
+        if let Ok(mut current) = shared.current.write() {
+            *current = Some(live.clone());
+        }
+        let read_only = client.state() == SessionState::ConnectedReadOnly;
+        // A resumed session whose lease has lapsed stays suspended until a heartbeat proves it.
+        if new_session || read_only || lease.is_valid() {
+            let signal = if read_only {
+                ClientSignal::ConnectedReadOnly
+            } else {
+                ClientSignal::Connected
+            };
+            if let Some(next) = next_state(state, signal, new_session) {
+                state = Some(next);
+                publish(&shared, next, Some(session_id), epoch, new_session);
+            }
+        }
+        let end = serve(&shared, &live, &mut state, &mut relay_events, tick).await;
+        if let Ok(mut current) = shared.current.write() {
+            *current = None;
+        }
+        // Release our handle before anything waits: the client ends its session only once its
+        // last handle is gone.
+        drop(live);
+        match end {
+            EndOfSession::Closed => {
+                lease.mark_lost();
+                // Tell recipes first, so that they drop their handles too, then close.
+                publish_closed(&shared, state, epoch);
+                close_client(client, shared.config.connection_timeout).await;
+                return;
+            }
+            EndOfSession::GaveUp => {
+                warn!(session_id = %hex(session_id), "the client gave up on the session without the servers saying it expired; resuming it with a new client (it is lost only if the servers say so)");
+                if next_state(state, ClientSignal::Disconnected, false).is_some() {
+                    state = Some(ConnectionState::Suspended);
+                    publish(
+                        &shared,
+                        ConnectionState::Suspended,
+                        Some(session_id),
+                        epoch,
+                        false,
+                    );
+                }
+                resume = Some(Resume {
+                    info: client.session().clone(),
+                    lease,
+                    timeout,
+                });
+                drop(client);
+            }
+            EndOfSession::Expired => {
+                lose(
+                    &shared,
+                    &mut state,
+                    epoch,
+                    &lease,
+                    "the servers say the session expired",
+                );
+                drop(client);
+            }
+            EndOfSession::Failed => {
+                lose(
+                    &shared,
+                    &mut state,
+                    epoch,
+                    &lease,
+                    "the client ended for good",
+                );
+                // Should the servers still hold the session, end it there: a clone of the
+                // client that the application still holds (`Session::client()`) would
+                // otherwise keep it, and its nodes, alive.
+                let info = client.session().clone();
+                drop(client);
+                tokio::spawn(retire(shared.config.hosts.clone(), info, timeout));
+            }
+        }
+    }
+    publish_closed(&shared, state, epoch);
+}
+
+/// The session is lost: its lease ends and `Lost` is published; a new session follows.
+fn lose(
+    shared: &Shared,
+    state: &mut Option<ConnectionState>,
+    epoch: u64,
+    lease: &Lease,
+    why: &str,
+) {
+    lease.mark_lost();
+    warn!(epoch, why, "session lost");
+    if let Some(next) = next_state(*state, ClientSignal::Terminated, false) {
+        *state = Some(next);
+        publish(shared, next, None, epoch, false);
+    }
+}
+
+/// Publishes the final status: closed.
+fn publish_closed(shared: &Shared, state: Option<ConnectionState>, epoch: u64) {
+    if let Ok(mut current) = shared.current.write() {
+        *current = None;
+    }
+    let status = SessionStatus {
+        state: state.map(|_| ConnectionState::Closed),
+        session_id: None,
+        epoch,
+        new_session: false,
+        closed: true,
+    };
+    info!(epoch, "session closed");
+    if status.state.is_some() {
+        crate::metrics::connection_state(ConnectionState::Closed.as_str(), false);
+    }
+    shared.status_tx.send_replace(status.clone());
+    let _ = shared.events_tx.send(status);
+}
+
+/// What the client says of its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Connected,
+    ReadOnly,
+    Down,
+}
+
+/// Serves one ZooKeeper session until it ends: proves it alive, follows the client's state and
+/// what the relay saw of each reconnect, and publishes the state that follows from both.
+///
+/// The published state is `Suspended` while the client is disconnected *or* the lease has
+/// lapsed, and `Connected`/`Reconnected` once both are right again: a lapsed lease ends every
+/// term on the session, not the session.
+async fn serve(
+    shared: &Shared,
+    live: &Live,
+    state: &mut Option<ConnectionState>,
+    relay_events: &mut mpsc::UnboundedReceiver<RelayEvent>,
+    tick: Duration,
+) -> EndOfSession {
+    let client = &live.client;
+    let lease = &live.lease;
+    let clock = lease.clock().clone();
+    let mut watcher = client.state_watcher();
+    let timeout = lease.timeout();
+    let relay = relay_allowance(tick);
+    let room = lease::headroom(timeout, tick, lease.margin());
+    if room < heartbeat_interval(timeout) * 2 {
+        warn!(session_id = %hex(live.session_id), timeout_ms = timeout.as_millis() as u64,
+            relay_ms = relay.as_millis() as u64,
+            "the session timeout leaves almost no lease once a heartbeat's way to the quorum leader is allowed for: every hiccup will end its terms; use a timeout of at least four server ticks");
+    }
+    let mut link = if client.state() == SessionState::ConnectedReadOnly {
+        Link::ReadOnly
+    } else {
+        Link::Connected
+    };
+    let mut lapsed = !lease.is_valid();
+    // Whether a server answered a reconnect of this session with "expired".
+    let mut expired_answer = false;
+    let mut proof = QuorumProof::default();
+    // What each server negotiated with this session last, for an attempt it never answered.
+    let mut by_server: std::collections::HashMap<String, Duration> = Default::default();
+    let mut timer = BootTimer::new(clock.clone());
+    let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
+    tokio::pin!(next_beat);
+    let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
+    loop {
+        let deadline = lease.deadline();
+        let signal = tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return EndOfSession::Closed,
+            // Before the client's own state: the relay reports a reconnect's negotiation before
+            // the client can read it.
+            Some(event) = relay_events.recv() => {
+                match event {
+                    RelayEvent::Negotiated { server, requested_session, answered_session, timeout: negotiated, sent, answered }
+                        if requested_session == live.session_id && answered_session == live.session_id =>
+                    {
+                        let before = lease.timeout();
+                        let conn = lease.connected(negotiated);
+                        by_server.insert(server.clone(), negotiated);
+                        if negotiated < before {
+                            warn!(session_id = %hex(live.session_id), server, from_ms = before.as_millis() as u64,
+                                to_ms = negotiated.as_millis() as u64,
+                                "the reconnect renegotiated a shorter session timeout: the lease counts with it from now on");
+                        } else {
+                            debug!(session_id = %hex(live.session_id), server, timeout_ms = negotiated.as_millis() as u64, "reconnected");
+                        }
+                        // The server revalidated the session with the quorum leader before it
+                        // answered: a heartbeat like any other.
+                        if let Some((proven, on)) = proof.record(sent, answered, conn, relay) {
+                            lease.advance(proven, on);
+                        }
+                    }
+                    RelayEvent::Negotiated { requested_session, answered_session: 0, .. }
+                        if requested_session == live.session_id =>
+                    {
+                        expired_answer = true;
+                    }
+                    RelayEvent::Unanswered { server, session_id, sent } if session_id == live.session_id => {
+                        let timeout = by_server.get(&server).copied().unwrap_or(lease.timeout());
+                        debug!(session_id = %hex(session_id), server, sent = %sent, timeout_ms = timeout.as_millis() as u64,
+                            "a reconnect attempt went unanswered: the lease counts with the timeout that server gave last");
+                        lease.unanswered_attempt(timeout);
+                    }
+                    _ => {}
+                }
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
+            }
+            _ = timer.sleep_until(deadline), if !lapsed => {
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
+            }
+            zk = watcher.changed() => {
+                debug!(session_id = %hex(live.session_id), zk_state = %zk, "client state changed");
+                match zk {
+                    SessionState::SyncConnected if client.session_id().0 != live.session_id => {
+                        // A client that started on a read-only server opens a brand-new session
+                        // when it finds a writable one. That is not the session we track (its
+                        // nodes, its lease): end ours, and start over with a client of our own.
+                        warn!(session_id = %hex(live.session_id), new_session_id = %hex(client.session_id().0),
+                            "the client left its read-only session for a new one; starting over with a new session");
+                        return EndOfSession::Failed;
+                    }
+                    SessionState::SyncConnected => {
+                        link = Link::Connected;
+                        heartbeats.push(heartbeat(live));
+                        if lease.is_valid() {
+                            lapsed = false;
+                            ClientSignal::Connected
+                        } else {
+                            // Back on a server, but nothing proves the quorum heard of us yet:
+                            // still suspended until a heartbeat does.
+                            lapsed = true;
+                            continue;
+                        }
+                    }
+                    SessionState::ConnectedReadOnly => {
+                        link = Link::ReadOnly;
+                        ClientSignal::ConnectedReadOnly
+                    }
+                    SessionState::Disconnected => {
+                        link = Link::Down;
+                        ClientSignal::Disconnected
+                    }
+                    SessionState::Expired if expired_answer => return EndOfSession::Expired,
+                    SessionState::AuthFailed => return EndOfSession::Failed,
+                    // Expired by the client's own timer, or closed under us: the servers may
+                    // still hold the session.
+                    _ => return EndOfSession::GaveUp,
+                }
+            }
+            Some((sent, conn, answered)) = heartbeats.next(), if !heartbeats.is_empty() => {
+                if let Some((proven, on)) = answered.and_then(|at| proof.record(sent, at, conn, relay)) {
+                    lease.advance(proven, on);
+                }
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
+            }
+            () = &mut next_beat => {
+                next_beat.as_mut().reset(tokio::time::Instant::now() + heartbeat_interval(lease.timeout()));
+                if lease.check_clocks() {
+                    warn!(session_id = %hex(live.session_id),
+                        "the wall clock ran ahead of boot time: a pause that boot time did not see (a hypervisor that restored the guest's clock); the lease is void until a later heartbeat proves it");
+                    proof.forget_until(clock.now());
+                }
+                if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
+                    heartbeats.push(heartbeat(live));
+                }
+                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                    Some(signal) => signal,
+                    None => continue,
+                }
+            }
+        };
+        if let Some(next) = next_state(*state, signal, false) {
+            *state = Some(next);
+            publish(shared, next, Some(live.session_id), live.epoch, false);
+        }
+    }
+}
+
+/// Whether the lease just lapsed (`Disconnected`: the state becomes `Suspended`) or was just
+/// proven again on a connected client (`Connected`: `Reconnected`); `None` when neither.
+fn lapse_or_proof(
+    shared: &Shared,
+    live: &Live,
+    lease: &Lease,
+    lapsed: &mut bool,
+    link: Link,
+) -> Option<ClientSignal> {
+    let valid = lease.is_valid();
+    match (*lapsed, valid) {
+        (false, false) => {
+            *lapsed = true;
+            warn!(session_id = %hex(live.session_id),
+                unproven_ms = lease.clock().now().saturating_duration_since(lease.acked()).as_millis() as u64,
+                timeout_ms = lease.timeout().as_millis() as u64,
+                "the quorum cannot be shown to have heard from this session within its timeout: its terms end; the session is kept and keeps proving itself");
+            crate::metrics::lease_lapsed();
+            lease.note_lapse();
+            // A read-only link already keeps every term from starting; leave its state alone.
+            (link != Link::ReadOnly).then_some(ClientSignal::Disconnected)
+        }
+        (true, true) => {
+            *lapsed = false;
+            info!(session_id = %hex(live.session_id), "the lease is proven again");
+            let _ = shared;
+            (link == Link::Connected).then_some(ClientSignal::Connected)
+        }
+        _ => None,
+    }
+}
+
+/// One heartbeat: a `sync`, which only a server in touch with the quorum leader can answer (a
+/// follower forwards it to the leader). Yields its send time, the connection it went out on,
+/// and when it was answered. One request per heartbeat, whatever the number of terms the
+/// session holds: each term watches its own node instead.
+fn heartbeat(live: &Live) -> Heartbeat {
+    let clock = live.lease.clock().clone();
+    let sent = clock.now();
+    let conn = live.lease.current_conn();
+    let client = live.client.clone();
+    Box::pin(async move {
+        match client.sync("/").await {
+            Ok(()) => (sent, conn, Some(clock.now())),
+            Err(e) => {
+                debug!(error = %e, "heartbeat failed");
+                (sent, conn, None)
+            }
+        }
+    })
+}
+
+fn publish(
+    shared: &Shared,
+    state: ConnectionState,
+    session_id: Option<i64>,
+    epoch: u64,
+    new_session: bool,
+) {
+    let sid = session_id.map(hex).unwrap_or_default();
+    crate::metrics::connection_state(state.as_str(), state == ConnectionState::Lost);
+    match state {
+        ConnectionState::Connected | ConnectionState::Reconnected | ConnectionState::Closed => {
+            info!(session_id = %sid, epoch, new_session, state = %state, "connection state changed")
+        }
+        ConnectionState::ReadOnly | ConnectionState::Suspended | ConnectionState::Lost => {
+            warn!(session_id = %sid, epoch, state = %state, "connection state changed")
+        }
+    }
+    let status = SessionStatus {
+        state: Some(state),
+        session_id: (state != ConnectionState::Lost)
+            .then_some(session_id)
+            .flatten(),
+        epoch,
+        new_session,
+        closed: false,
+    };
+    shared.status_tx.send_replace(status.clone());
+    let _ = shared.events_tx.send(status);
+}
+
+/// How long [`probe_hosts`] waits for each host (or the connection timeout, if shorter).
+const PROBE_BOUND: Duration = Duration::from_secs(1);
+
+/// What each host of `hosts` does with a plain TCP connection, for the error that says why no
+/// session could be established: `127.0.0.1:2181: connection refused, zk2:2181: no answer
+/// within 15s`.
+async fn probe_hosts(hosts: &str, bound: Duration) -> String {
+    let mut reasons = Vec::new();
+    for host in hosts.split(',') {
+        let addr = host.trim().trim_start_matches("tcp://");
+        let what = match tokio::time::timeout(bound, tokio::net::TcpStream::connect(addr)).await {
+            Err(_) => format!("no answer within {bound:?}"),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                "connection refused".to_owned()
+            }
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(_)) => "accepts connections but established no session".to_owned(),
+        };
+        reasons.push(format!("{addr}: {what}"));
+    }
+    reasons.join(", ")
+}
+
+/// Builds a client that resumes the session `resume` describes (its own client gave up on it).
+///
+/// # Errors
+/// [`Error::SessionExpired`] when the servers say the session is gone; others when no server
+/// answered.
+async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Result<Client> {
+    let mut connector = Client::connector()
+        .with_session(resume.info.clone())
+        .with_session_timeout(resume.timeout)
+        .with_readonly(config.read_only);
+    if let Some((user, password)) = &config.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    let client = match connector.with_fail_eagerly().connect(relayed).await {
+        Ok(client) => client,
+        Err(zookeeper_client::Error::SessionExpired) => return Err(Error::SessionExpired),
+        Err(zookeeper_client::Error::NoHosts) => {
+            return Err(Error::Unreachable {
+                reason: probe_hosts(&config.hosts, config.connection_timeout.min(PROBE_BOUND))
+                    .await,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match &config.chroot {
+        Some(chroot) => client
+            .chroot(chroot.clone())
+            .map_err(|_| Error::InvalidPath {
+                path: chroot.clone(),
+                reason: "the client refused this chroot",
+            }),
+        None => Ok(client),
+    }
+}
+
+/// Builds a client for a new ZooKeeper session, creating the chroot if needed.
+async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
+    let mut connector = Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_readonly(config.read_only);
+    if let Some((user, password)) = &config.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    // One round of the hosts per attempt (the client would otherwise cycle through them until
+    // the session timeout and report only `Timeout`): the supervisor retries with its own
+    // bounded backoff, and can say why no host answered.
+    let client = match connector.with_fail_eagerly().connect(relayed).await {
+        Ok(client) => client,
+        Err(zookeeper_client::Error::NoHosts) => {
+            return Err(Error::Unreachable {
+                reason: probe_hosts(&config.hosts, config.connection_timeout.min(PROBE_BOUND))
+                    .await,
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(chroot) = &config.chroot else {
+        return Ok(client);
+    };
+    // Look before creating: the server checks CREATE on the parent before it checks whether the
+    // node exists, so creating a chroot that an operator provisioned under a parent closed to us
+    // would be refused although nothing needs creating (and a read-only server refuses every
+    // create).
+    if client.check_stat(chroot).await?.is_none() {
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        match client.mkdir(chroot, &persistent).await {
+            Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+            // Without its chroot a session could make no node at all: no session then, and a
+            // refusal is what `connect` reports.
+            Err(e) if crate::error::is_refusal(&e) => {
+                return Err(Error::Refused {
+                    operation: "create the chroot",
+                    path: chroot.clone(),
+                    source: e,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    client
+        .chroot(chroot.clone())
+        .map_err(|_| Error::InvalidPath {
+            path: chroot.clone(),
+            reason: "the client refused this chroot",
+        })
+}
+
+/// Ends a retired ZooKeeper session on the servers, from a twin client that takes the session
+/// over and closes it. Gives up once the servers say the session is gone, or after a few session
+/// timeouts: by then a session that nobody else keeps alive has expired anyway.
+async fn retire(hosts: String, info: SessionInfo, timeout: Duration) {
+    let id = hex(info.id().0);
+    let give_up = tokio::time::Instant::now() + (timeout * 4).max(Duration::from_secs(30));
+    let mut failures = 0u32;
+    while tokio::time::Instant::now() < give_up {
+        let twin = Client::connector()
+            .with_session(info.clone())
+            .with_session_timeout(timeout)
+            .connect(&hosts);
+        match tokio::time::timeout(timeout, twin).await {
+            Ok(Ok(twin)) => {
+                close_client(twin, timeout).await;
+                info!(session_id = %id, "closed the retired session on the servers");
+                return;
+            }
+            Ok(Err(zookeeper_client::Error::SessionExpired)) => {
+                debug!(session_id = %id, "the retired session is gone from the servers");
+                return;
+            }
+            Ok(Err(e)) => {
+                debug!(session_id = %id, error = %e, "could not reach the retired session yet")
+            }
+            Err(_) => debug!(session_id = %id, "could not reach the retired session yet"),
+        }
+        failures = failures.saturating_add(1);
+        tokio::time::sleep(retry_backoff(failures, MAX_RECONNECT_PAUSE)).await;
+    }
+    warn!(session_id = %id, "could not close the retired session; it ends when the servers expire it");
+}
+
+/// Drops the last handle of `client` (which makes it send CloseSession) and waits, bounded, for
+/// the client to report that it is closed.
+async fn close_client(client: Client, bound: Duration) {
+    let mut watcher = client.state_watcher();
+    drop(client);
+    let closed = async {
+        while !watcher.peek_state().is_terminated() {
+            watcher.changed().await;
+        }
+    };
+    if tokio::time::timeout(bound, closed).await.is_err() {
+        debug!("server did not confirm the session close in time");
+    }
+}
+
+/// The longest pause between two attempts to start a ZooKeeper session. Each attempt already
+/// takes up to the client's own timeout; a longer pause would only delay the recovery once the
+/// servers are back (the fault trials found pauses of up to the connection timeout making the
+/// first leader after a long outage come seconds late). ZooKeeper's Java client, under Curator,
+/// also pauses at most a second between rounds of its hosts.
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// Pause before the next connect attempt: doubles from 100 ms, at most `cap`.
+pub(crate) fn retry_backoff(failures: u32, cap: Duration) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    Duration::from_millis(100)
+        .saturating_mul(1u32 << exp)
+        .min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_backoff_doubles_up_to_the_cap() {
+        let cap = Duration::from_secs(1);
+        assert_eq!(retry_backoff(1, cap), Duration::from_millis(100));
+        assert_eq!(retry_backoff(2, cap), Duration::from_millis(200));
+        assert_eq!(retry_backoff(4, cap), Duration::from_millis(800));
+        assert_eq!(retry_backoff(5, cap), cap);
+        assert_eq!(retry_backoff(u32::MAX, cap), cap);
+    }
+}
