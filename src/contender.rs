@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::acl::NodeAcl;
-use crate::error::{Backoff, Error, Result};
+use crate::error::{Backoff, Error, Result, is_transient};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, Standing};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
@@ -445,7 +445,7 @@ async fn step(
             // Keep it, and try again on the next pass: while the old session lives (a client
             // handle the application still holds keeps it alive), the node stays in line ahead
             // of everyone.
-            Err(e) if crate::session::is_transient(&e) => return Step::Again,
+            Err(e) if is_transient(&e) => return Step::Again,
             Err(e) => {
                 warn!(node = %old.path, error = %e, "could not delete the earlier session's node; it ends with that session")
             }
@@ -551,11 +551,11 @@ fn forget_node(shared: &Shared, node: &mut Option<OwnNode>, watch: &mut Option<O
 /// server refused it for a reason that waiting does not change, otherwise back off and retry.
 fn on_error(operation: &'static str, path: &str, e: Error) -> Step {
     match e {
-        Error::ConnectionLoss | Error::SessionExpired | Error::Timeout(_) | Error::Closed => {
+        e if e.is_transient() || matches!(e, Error::SessionExpired | Error::Closed) => {
             debug!(error = %e, path, "{operation}: interrupted; starting over");
             Step::Again
         }
-        Error::Zookeeper(zk) if crate::session::is_transient(&zk) => {
+        Error::Zookeeper(zk) if is_transient(&zk) => {
             debug!(error = %zk, path, "{operation}: interrupted; starting over");
             Step::Again
         }
@@ -928,7 +928,7 @@ fn watch_own(session: Session, path: String, epoch: u64, session_id: i64) -> Own
                     }
                 }
                 Ok(_) => return,
-                Err(e) if crate::session::is_transient(&e) => {
+                Err(e) if is_transient(&e) => {
                     // Interrupted before the watch was set: again once this session is back.
                     let mut status = session.watch_status();
                     let back = status
@@ -1002,7 +1002,7 @@ async fn delete_own(shared: &Shared, node: &OwnNode) {
             Err(zookeeper_client::Error::NoNode) => return,
             // Interrupted: look at the session again (reconnected, or gone with the node), once
             // the supervisor has had the chance to publish what broke.
-            Err(e) if crate::session::is_transient(&e) => tokio::task::yield_now().await,
+            Err(e) if is_transient(&e) => tokio::task::yield_now().await,
             Err(e) => {
                 warn!(node = %node.path, error = %e, "could not delete our node; it ends with the session");
                 return;

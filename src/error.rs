@@ -189,6 +189,22 @@ impl From<zookeeper_client::Error> for Error {
     }
 }
 
+/// Whether `e` says the request's fate is unknown or the session went away, rather than that the
+/// server refused it: connection loss (zookeeper-client fails requests that were in flight when
+/// the connection broke with the I/O error itself, a `Custom` error), expiry, a retired client.
+pub(crate) fn is_transient(e: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error as Zk;
+    matches!(
+        e,
+        Zk::ConnectionLoss
+            | Zk::SessionExpired
+            | Zk::SessionMoved
+            | Zk::Timeout
+            | Zk::ClientClosed
+            | Zk::Custom(_)
+    )
+}
+
 /// Whether the server refused a request for a reason that retrying does not change (see
 /// [`Error::Refused`]). Quota, throttling and read-only refusals are left out: they pass.
 pub(crate) fn is_refusal(e: &zookeeper_client::Error) -> bool {

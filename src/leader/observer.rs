@@ -10,7 +10,7 @@ use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
 use zookeeper_client::{EventType, OneshotWatcher};
 
 use crate::checks;
-use crate::error::{Error, Result};
+use crate::error::{Backoff, Error, Result};
 use crate::fencing::FencingToken;
 use crate::path;
 use crate::session::{
@@ -305,7 +305,7 @@ enum Wake {
 async fn run(shared: std::sync::Arc<Shared>) {
     let mut feed = StatusFeed::new(&shared.session);
     let mut memory = Memory::default();
-    let mut failures = 0u32;
+    let mut backoff = Backoff::new(shared.session.connection_timeout());
     'session: loop {
         let seen = |status: &SessionStatus| {
             shared.confirmed.store(false, Ordering::Release);
@@ -322,7 +322,7 @@ async fn run(shared: std::sync::Arc<Shared>) {
             };
             let look = match look {
                 Ok(look) => {
-                    failures = 0;
+                    backoff.succeed();
                     look
                 }
                 Err(e) if crate::error::is_refusal(&e) => {
@@ -343,13 +343,12 @@ async fn run(shared: std::sync::Arc<Shared>) {
                         publish(&shared, &mut memory, None, live.session_id);
                     }
                     shared.confirmed.store(false, Ordering::Release);
-                    failures = failures.saturating_add(1);
                     let seen = |status: &SessionStatus| report_state(&shared, status);
                     if !feed
                         .pause_after(
                             "looking at the election path",
                             &e,
-                            failures,
+                            backoff.fail(),
                             &shared.stop,
                             seen,
                         )

@@ -12,12 +12,12 @@ use zookeeper_client::OneshotWatcher;
 
 use crate::checks;
 use crate::contender;
-use crate::error::{Error, Result};
+use crate::error::{Backoff, Error, Result};
 use crate::fencing::{FencedOp, Leadership, TermEnd};
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
 use crate::path::{self, LATCH_LOCK_NAME};
 use crate::session::{Change, classify, flag_set, log_state, until_done};
-use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
+use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// The child of the pool root under which every replica holds its membership latch.
@@ -750,7 +750,7 @@ async fn follow(shared: Arc<Shared>) {
         releasing: JoinSet::new(),
         forwarders: JoinSet::new(),
     };
-    let mut failures = 0u32;
+    let mut backoff = Backoff::new(shared.session.connection_timeout());
     'session: loop {
         let seen = |status: &SessionStatus| report_state(&shared, status);
         let Some(live) = feed.wait_quorum(&shared.stop, seen).await else {
@@ -767,7 +767,7 @@ async fn follow(shared: Arc<Shared>) {
             };
             let (assignment, watcher) = match read {
                 Ok(read) => {
-                    failures = 0;
+                    backoff.succeed();
                     read
                 }
                 Err(e) if crate::error::is_refusal(&e) => {
@@ -779,10 +779,15 @@ async fn follow(shared: Arc<Shared>) {
                     break 'session;
                 }
                 Err(e) => {
-                    failures = failures.saturating_add(1);
                     let seen = |status: &SessionStatus| report_state(&shared, status);
                     if !feed
-                        .pause_after("reading the assignment", &e, failures, &shared.stop, seen)
+                        .pause_after(
+                            "reading the assignment",
+                            &e,
+                            backoff.fail(),
+                            &shared.stop,
+                            seen,
+                        )
                         .await
                     {
                         break 'session;
@@ -893,14 +898,14 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
         };
         shared.coordinator_tx.send_replace(true);
         info!(token = %term.token(), session_id = %hex(term.session_id()), "coordinating the pool");
-        let mut failures = 0u32;
+        let mut backoff = Backoff::new(shared.session.connection_timeout());
         while !term.has_ended() {
             // Marked seen before the round reads the server: a change published while it runs
             // (the assignment deleted just after it was read) still wakes the next wait.
             assignment_rx.borrow_and_update();
             match coordinate_once(&shared, &term).await {
                 Ok((watcher, target)) => {
-                    failures = 0;
+                    backoff.succeed();
                     tokio::select! {
                         _ = shared.stop.cancelled() => break,
                         _ = term.ended() => break,
@@ -922,7 +927,6 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
                     break;
                 }
                 Err(e) => {
-                    failures = failures.saturating_add(1);
                     match e {
                         Error::ConnectionLoss
                         | Error::SessionExpired
@@ -933,7 +937,7 @@ async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
                         }
                         _ => warn!(error = %e, "coordinating failed; trying again"),
                     }
-                    let pause = retry_backoff(failures, shared.session.connection_timeout());
+                    let pause = backoff.fail();
                     tokio::select! {
                         _ = shared.stop.cancelled() => break,
                         _ = term.ended() => break,

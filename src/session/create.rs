@@ -6,8 +6,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 use zookeeper_client::CreateMode;
 
-use super::{Live, Session, hex, is_transient};
+use super::{Live, Session, hex};
 use crate::acl::NodeAcl;
+use crate::error::is_transient;
 use crate::error::{Error, Result};
 use crate::path;
 use crate::state::ConnectionState;

@@ -2,12 +2,15 @@
 //! the watching recipes (observer, pool) share on top of it: a backoff that wakes on connection
 //! changes, classifying a change for a watch, event streams.
 
+use std::time::Duration;
+
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Live, Session, SessionStatus, is_transient, retry_backoff};
+use super::{Live, Session, SessionStatus};
+use crate::error::is_transient;
 use crate::state::ConnectionState;
 
 /// Every status change of a session, in order, for a recipe's task: the contender core, the
@@ -37,11 +40,6 @@ impl StatusFeed {
                 status
             }
         }
-    }
-
-    /// The session this feed follows.
-    pub(crate) fn session(&self) -> &Session {
-        &self.session
     }
 
     /// A change that is already queued, if any (the latest status when the feed fell behind).
@@ -88,14 +86,14 @@ impl StatusFeed {
         }
     }
 
-    /// After the `failures`th failed read in a row: logs `e` (a transient error at `debug`),
-    /// then waits the backoff for `failures`, or less if the connection changes meanwhile.
+    /// After a failed read: logs `e` (a transient error at `debug`), then waits `pause` (the
+    /// caller's [`Backoff`](crate::error::Backoff)), or less if the connection changes meanwhile.
     /// `false` when `stop` fires or the session closes.
     pub(crate) async fn pause_after(
         &mut self,
         what: &str,
         e: &zookeeper_client::Error,
-        failures: u32,
+        pause: Duration,
         stop: &CancellationToken,
         mut seen: impl FnMut(&SessionStatus),
     ) -> bool {
@@ -104,7 +102,6 @@ impl StatusFeed {
         } else {
             warn!(error = %e, "{what} failed");
         }
-        let pause = retry_backoff(failures, self.session().connection_timeout());
         tokio::select! {
             _ = stop.cancelled() => false,
             _ = tokio::time::sleep(pause) => true,

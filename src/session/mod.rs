@@ -30,7 +30,6 @@ pub(crate) use builder::{
 pub(crate) use feed::{Change, StatusFeed, classify, flag_set, log_state, until_done};
 pub(crate) use lease::Lease;
 use lease::{assumed_tick, grace_limit};
-pub(crate) use supervise::retry_backoff;
 
 use crate::clock::{BootTime, Clock};
 use crate::error::{Error, Result};
@@ -520,22 +519,6 @@ impl Session {
         let chroot = self.shared.config.chroot.as_deref().map_or(0, str::len);
         (self.shared.config.jute_max_buffer, chroot)
     }
-}
-
-/// Whether `e` says the request's fate is unknown or the session went away, rather than that the
-/// server refused it: connection loss (zookeeper-client fails requests that were in flight when
-/// the connection broke with the I/O error itself, a `Custom` error), expiry, a retired client.
-pub(crate) fn is_transient(e: &zookeeper_client::Error) -> bool {
-    use zookeeper_client::Error as Zk;
-    matches!(
-        e,
-        Zk::ConnectionLoss
-            | Zk::SessionExpired
-            | Zk::SessionMoved
-            | Zk::Timeout
-            | Zk::ClientClosed
-            | Zk::Custom(_)
-    )
 }
 
 pub(crate) fn hex(id: i64) -> String {

@@ -17,7 +17,7 @@ use super::lease::{self, Lease, QuorumProof, assumed_tick, heartbeat_interval, r
 use super::relay::{Relay, RelayEvent};
 use super::{Live, SessionStatus, Shared, hex};
 use crate::clock::{BootTime, BootTimer};
-use crate::error::{Error, Result};
+use crate::error::{Backoff, Error, Result};
 use crate::state::{ClientSignal, ConnectionState, next_state};
 
 /// At most this many heartbeats wait for an answer at once (they queue while disconnected).
@@ -73,7 +73,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
     };
     let mut epoch = 0u64;
     let mut state: Option<ConnectionState> = None;
-    let mut failures = 0u32;
+    let mut backoff = Backoff::new(MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout));
     let mut resume: Option<Resume> = None;
     loop {
         let started = clock.now();
@@ -102,11 +102,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 continue;
             }
             Err(err) => {
-                failures = failures.saturating_add(1);
-                let backoff = retry_backoff(
-                    failures,
-                    MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout),
-                );
+                let pause = backoff.fail();
                 if matches!(
                     err,
                     Error::Refused { .. } | Error::AuthFailed | Error::Unreachable { .. }
@@ -115,19 +111,19 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                     *refusal = Some(err.clone());
                 }
                 if matches!(err, Error::AuthFailed) {
-                    error!(hosts = %shared.config.hosts, "ZooKeeper refused the credentials; retrying in {backoff:?}");
+                    error!(hosts = %shared.config.hosts, "ZooKeeper refused the credentials; retrying in {pause:?}");
                 } else if resume.is_some() {
-                    debug!(hosts = %shared.config.hosts, error = %err, "could not resume the session yet; retrying in {backoff:?}");
+                    debug!(hosts = %shared.config.hosts, error = %err, "could not resume the session yet; retrying in {pause:?}");
                 } else {
-                    warn!(hosts = %shared.config.hosts, error = %err, "could not establish a ZooKeeper session; retrying in {backoff:?}");
+                    warn!(hosts = %shared.config.hosts, error = %err, failures = backoff.failures(), "could not establish a ZooKeeper session; retrying in {pause:?}");
                 }
                 tokio::select! {
                     _ = shared.stop.cancelled() => break,
-                    _ = tokio::time::sleep(backoff) => continue,
+                    _ = tokio::time::sleep(pause) => continue,
                 }
             }
         };
-        failures = 0;
+        backoff.succeed();
         epoch += 1;
         let session_id = client.session_id().0;
         let resumed = resume.take();
@@ -651,7 +647,7 @@ async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
 async fn retire(hosts: String, info: SessionInfo, timeout: Duration) {
     let id = hex(info.id().0);
     let give_up = tokio::time::Instant::now() + (timeout * 4).max(Duration::from_secs(30));
-    let mut failures = 0u32;
+    let mut backoff = Backoff::new(MAX_RECONNECT_PAUSE);
     while tokio::time::Instant::now() < give_up {
         let twin = Client::connector()
             .with_session(info.clone())
@@ -672,8 +668,7 @@ async fn retire(hosts: String, info: SessionInfo, timeout: Duration) {
             }
             Err(_) => debug!(session_id = %id, "could not reach the retired session yet"),
         }
-        failures = failures.saturating_add(1);
-        tokio::time::sleep(retry_backoff(failures, MAX_RECONNECT_PAUSE)).await;
+        tokio::time::sleep(backoff.fail()).await;
     }
     warn!(session_id = %id, "could not close the retired session; it ends when the servers expire it");
 }
@@ -699,26 +694,3 @@ async fn close_client(client: Client, bound: Duration) {
 /// first leader after a long outage come seconds late). ZooKeeper's Java client, under Curator,
 /// also pauses at most a second between rounds of its hosts.
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
-
-/// Pause before the next connect attempt: doubles from 100 ms, at most `cap`.
-pub(crate) fn retry_backoff(failures: u32, cap: Duration) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    Duration::from_millis(100)
-        .saturating_mul(1u32 << exp)
-        .min(cap)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_backoff_doubles_up_to_the_cap() {
-        let cap = Duration::from_secs(1);
-        assert_eq!(retry_backoff(1, cap), Duration::from_millis(100));
-        assert_eq!(retry_backoff(2, cap), Duration::from_millis(200));
-        assert_eq!(retry_backoff(4, cap), Duration::from_millis(800));
-        assert_eq!(retry_backoff(5, cap), cap);
-        assert_eq!(retry_backoff(u32::MAX, cap), cap);
-    }
-}
