@@ -1,8 +1,10 @@
 //! [`LeaderPool`]: the protocol is in [`crate::specs::leader_pool`].
 
 // The layout: the handle and what its tasks share here; `assignment`, the pure kernel (the
-// assignment, the balancing rule, the size bound).
+// assignment, the balancing rule, the size bound); `builder` (the settings, checked, and the
+// start).
 mod assignment;
+mod builder;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -11,10 +13,11 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, info, info_span, instrument, warn};
+use tracing::{debug, error, info, instrument, warn};
 use zookeeper_client::OneshotWatcher;
 
 pub use assignment::Assignment;
+pub use builder::LeaderPoolBuilder;
 
 use crate::contender;
 use crate::error::{Error, Result};
@@ -24,10 +27,7 @@ use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
 use crate::path::{self, LATCH_LOCK_NAME};
 use crate::session::{Live, Session, SessionStatus, StatusFeed, hex, retry_backoff};
 use crate::state::{ConnectionState, ErrorPolicy};
-use assignment::{
-    MAX_MEMBER_ID_LEN, assignment_budget, assignment_worst_case, check_assignment_size, moves,
-    rebalance,
-};
+use assignment::{MAX_MEMBER_ID_LEN, assignment_budget, assignment_worst_case, moves, rebalance};
 
 /// The child of the pool root under which every replica holds its membership latch.
 pub(crate) const MEMBERS: &str = "members";
@@ -60,136 +60,6 @@ pub enum PoolEvent {
     Assignment(Assignment),
     /// The session's connection state changed.
     State(ConnectionState),
-}
-
-/// Builds and starts a [`LeaderPool`].
-#[derive(Debug, Clone)]
-#[must_use = "a builder does nothing until `start` is called"]
-pub struct LeaderPoolBuilder {
-    session: Session,
-    root: String,
-    id: Option<String>,
-    jobs: Vec<String>,
-    policy: ErrorPolicy,
-}
-
-impl LeaderPoolBuilder {
-    /// This replica's id: its membership and every job node carry it. Ids must be unique in the
-    /// pool: a replica restarted under the same id is the same member (it stands for the same
-    /// jobs at once). Default: `<hostname>-<pid>-<8 hex digits>`.
-    pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.id = Some(id.into());
-        self
-    }
-
-    /// The jobs (one election path each, `<root>/jobs/<job>`). Every replica of a pool must be
-    /// given the same set; the coordinator's set is the one assigned.
-    pub fn jobs<I, S>(mut self, jobs: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.jobs = jobs.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Which connection states end a job's term (default [`ErrorPolicy::Standard`]).
-    pub fn error_policy(mut self, policy: ErrorPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// Validates the settings, joins the pool's membership and follows the assignment in the
-    /// background; returns at once.
-    ///
-    /// # Errors
-    /// [`Error::InvalidPath`] for an unusable root or a job name that is not a single path
-    /// segment, [`Error::InvalidArgument`] for an empty id, an id longer than
-    /// [`LeaderPool::MAX_MEMBER_ID_LEN`], no jobs or a job given twice,
-    /// [`Error::AssignmentTooLarge`] when the jobs' assignment could outgrow its share of the
-    /// server's request limit ([`LeaderPool::assignment_worst_case`] over
-    /// [`LeaderPool::assignment_budget`] of the session's
-    /// [`jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)), [`Error::Closed`] when the
-    /// session is closed, [`Error::NoRuntime`].
-    ///
-    /// # Cancel safety
-    /// Cancel safe: nothing is sent before the returned pool exists.
-    pub async fn start(self) -> Result<LeaderPool> {
-        path::validate_path(&self.root)?;
-        let id = self.id.unwrap_or_else(contender::default_participant_id);
-        path::validate_id(&id)?;
-        if self.jobs.is_empty() {
-            return Err(Error::InvalidArgument {
-                what: "jobs",
-                reason: "a pool needs at least one job".into(),
-            });
-        }
-        let mut seen = BTreeSet::new();
-        for job in &self.jobs {
-            validate_job(&self.root, job)?;
-            if !seen.insert(job) {
-                return Err(Error::InvalidArgument {
-                    what: "jobs",
-                    reason: format!("job {job:?} is given twice"),
-                });
-            }
-        }
-        let (jute_max_buffer, _) = self.session.request_limits();
-        check_assignment_size(&self.jobs, &id, jute_max_buffer)?;
-        if self.session.status().closed {
-            return Err(Error::Closed);
-        }
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        let members = LeaderLatch::builder(&self.session, path::join(&self.root, MEMBERS))
-            .id(id.clone())
-            .error_policy(self.policy)
-            .start()
-            .await?;
-        let (assignment_tx, _) = watch::channel(None);
-        let (coordinator_tx, _) = watch::channel(false);
-        let (events_tx, _) = broadcast::channel(1024);
-        let (done_tx, _) = watch::channel(false);
-        let terms = self
-            .jobs
-            .iter()
-            .map(|job| (job.clone(), watch::channel(None).0))
-            .collect();
-        let shared = Arc::new(Shared {
-            session: self.session,
-            root: self.root,
-            id,
-            jobs: self.jobs,
-            policy: self.policy,
-            stop: CancellationToken::new(),
-            terms,
-            assignment_tx,
-            coordinator_tx,
-            events_tx,
-            done_tx,
-            failure: std::sync::OnceLock::new(),
-        });
-        let members = Arc::new(members);
-        let span = info_span!(parent: None, "pool", root = %shared.root, id = %shared.id);
-        let follower = runtime.spawn(follow(Arc::clone(&shared)).instrument(span.clone()));
-        let coordinator =
-            runtime.spawn(coordinate(Arc::clone(&shared), Arc::clone(&members)).instrument(span));
-        Ok(LeaderPool {
-            shared,
-            members,
-            tasks: Mutex::new(vec![follower, coordinator]),
-        })
-    }
-}
-
-/// Checks a job name: one path segment under `<root>/jobs`.
-fn validate_job(root: &str, job: &str) -> Result<()> {
-    if job.contains('/') {
-        return Err(Error::InvalidPath {
-            path: job.to_owned(),
-            reason: "a job name is one path segment (no '/')",
-        });
-    }
-    path::validate_path(&job_path(root, job))
 }
 
 fn job_path(root: &str, job: &str) -> String {
@@ -316,13 +186,7 @@ impl LeaderPool {
 
     /// A builder for a pool under `root` (absolute, e.g. `/pools/statements`).
     pub fn builder(session: &Session, root: impl Into<String>) -> LeaderPoolBuilder {
-        LeaderPoolBuilder {
-            session: session.clone(),
-            root: root.into(),
-            id: None,
-            jobs: Vec::new(),
-            policy: ErrorPolicy::default(),
-        }
+        LeaderPoolBuilder::new(session, root.into())
     }
 
     /// This replica's id.
@@ -904,14 +768,6 @@ async fn current_leaders(shared: &Shared) -> Result<BTreeMap<String, String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn job_names_are_single_path_segments() {
-        assert!(validate_job("/pools/p", "billing").is_ok());
-        for bad in ["", "a/b", ".", ".."] {
-            assert!(validate_job("/pools/p", bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn pool_types_are_send_sync() {
