@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use super::assignment::check_assignment_size;
-use super::{LeaderPool, MEMBERS, Shared, coordinate, follow, job_path};
+use super::member::follow;
+use super::{LeaderPool, MEMBERS, Shared, coordinate, job_path};
 use crate::contender;
 use crate::error::{Error, Result};
 use crate::leader::latch::LeaderLatch;
