@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use super::assignment::check_assignment_size;
+use super::coordinator::coordinate;
 use super::member::follow;
-use super::{LeaderPool, MEMBERS, Shared, coordinate, job_path};
+use super::{LeaderPool, MEMBERS, Shared, job_path};
 use crate::contender;
 use crate::error::{Error, Result};
 use crate::leader::latch::LeaderLatch;
