@@ -29,11 +29,16 @@ use crate::state::{ConnectionState, ErrorPolicy};
 use assignment::{MAX_MEMBER_ID_LEN, assignment_budget, assignment_worst_case};
 
 /// The child of the pool root under which every replica holds its membership latch.
-pub(crate) const MEMBERS: &str = "members";
+const MEMBERS: &str = "members";
 /// The child of the pool root that holds the coordinator's assignment (JSON).
-pub(crate) const ASSIGNMENT: &str = "assignment";
+const ASSIGNMENT: &str = "assignment";
 /// The child of the pool root under which each job has its election path.
-pub(crate) const JOBS: &str = "jobs";
+const JOBS: &str = "jobs";
+
+/// The election path of `job` in the pool under `root`: `<root>/jobs/<job>`.
+fn job_path(root: &str, job: &str) -> String {
+    format!("{root}/{JOBS}/{job}")
+}
 
 /// What a [`LeaderPool`] reports through [`LeaderPool::events`], in order per job.
 #[derive(Debug, Clone)]
@@ -61,10 +66,7 @@ pub enum PoolEvent {
     State(ConnectionState),
 }
 
-fn job_path(root: &str, job: &str) -> String {
-    format!("{root}/{JOBS}/{job}")
-}
-
+/// What the handle, the member's task and the coordinator's task share.
 struct Shared {
     session: Session,
     root: String,
