@@ -32,14 +32,20 @@ impl Assignment {
 }
 
 /// The longest id a pool member may have: [`LeaderPool::MAX_MEMBER_ID_LEN`].
+///
+/// [`LeaderPool::MAX_MEMBER_ID_LEN`]: super::LeaderPool::MAX_MEMBER_ID_LEN
 pub(super) const MAX_MEMBER_ID_LEN: usize = 128;
 
 /// [`LeaderPool::assignment_budget`].
+///
+/// [`LeaderPool::assignment_budget`]: super::LeaderPool::assignment_budget
 pub(super) fn assignment_budget(jute_max_buffer: usize) -> usize {
     jute_max_buffer / 2
 }
 
 /// [`LeaderPool::assignment_worst_case`].
+///
+/// [`LeaderPool::assignment_worst_case`]: super::LeaderPool::assignment_worst_case
 pub(super) fn assignment_worst_case(jobs: &[String]) -> usize {
     // `{"members":["<id>"],"jobs":{` ... `}}`
     let framing = r#"{"members":[""],"jobs":{}}"#.len() + MAX_MEMBER_ID_LEN;
