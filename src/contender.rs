@@ -20,7 +20,7 @@
 //!   line, at once (CURATOR-724); the release's own delete uses the watch up;
 //! - a waiter right behind the leader leads on the leader's deletion event, with no request, when
 //!   the event proves it first (`first_without_listing`; the argument is in
-//!   [`crate::leader::latch`], "Claiming on the deletion event"); in every other case it lists
+//!   [`crate::specs::leader_latch`], "Claiming on the deletion event"); in every other case it lists
 //!   again: a graceful handover costs the server the leader's delete and nothing else;
 //! - our node, or the whole recipe path, vanished: create the node again (CURATOR-724);
 //! - after a new session, the old node is deleted (if it still exists) and a new one created,
