@@ -551,7 +551,7 @@ fn forget_node(shared: &Shared, node: &mut Option<OwnNode>, watch: &mut Option<O
 /// server refused it for a reason that waiting does not change, otherwise back off and retry.
 fn on_error(operation: &'static str, path: &str, e: Error) -> Step {
     match e {
-        e if e.is_transient() || matches!(e, Error::SessionExpired | Error::Closed) => {
+        e if e.outcome_unknown() || matches!(e, Error::SessionExpired | Error::Closed) => {
             debug!(error = %e, path, "{operation}: interrupted; starting over");
             Step::Again
         }

@@ -221,10 +221,11 @@ pub(crate) fn is_refusal(e: &zookeeper_client::Error) -> bool {
 }
 
 impl Error {
-    /// Whether the request's fate is unknown or the connection is being re-established (a
-    /// connection loss, a timeout): a loop retries it, with a [`Backoff`], while its term or
-    /// task is still on.
-    pub(crate) fn is_transient(&self) -> bool {
+    /// Whether the request's outcome is unknown (a connection loss, a timeout): the session
+    /// lives on and a loop retries, with a [`Backoff`], while its term or task is still on. Not
+    /// the same as [`is_transient`] on a zookeeper-client error, which also counts the session
+    /// going away: this crate reports that as its own variants (`SessionExpired`, `Closed`).
+    pub(crate) fn outcome_unknown(&self) -> bool {
         matches!(self, Error::ConnectionLoss | Error::Timeout(_))
     }
 }
@@ -351,10 +352,10 @@ mod tests {
     }
 
     #[test]
-    fn connection_loss_and_timeouts_are_transient_refusals_are_not() {
-        assert!(Error::ConnectionLoss.is_transient());
-        assert!(Error::Timeout(Duration::from_secs(1)).is_transient());
-        assert!(!Error::SessionExpired.is_transient());
-        assert!(!Error::Closed.is_transient());
+    fn only_a_connection_loss_or_a_timeout_leaves_the_outcome_unknown() {
+        assert!(Error::ConnectionLoss.outcome_unknown());
+        assert!(Error::Timeout(Duration::from_secs(1)).outcome_unknown());
+        assert!(!Error::SessionExpired.outcome_unknown());
+        assert!(!Error::Closed.outcome_unknown());
     }
 }

@@ -387,7 +387,7 @@ impl<'a> TermRun<'a> {
         loop {
             match self.load().await {
                 Ok(()) => return Ok(()),
-                Err(e) if e.is_transient() => {
+                Err(e) if e.outcome_unknown() => {
                     let pause = backoff.fail();
                     debug!(error = %e, failures = backoff.failures(), "reading the job's state failed; retrying");
                     tokio::select! {
@@ -750,7 +750,7 @@ fn new_version(results: &[FencedResult], index: usize) -> Option<i32> {
 /// connection, or a compare-and-set that found the nodes changed (an operator's `resolve`).
 fn needs_reload(e: &Error) -> bool {
     use zookeeper_client::Error as Zk;
-    e.is_transient()
+    e.outcome_unknown()
         || matches!(
             e,
             Error::Zookeeper(Zk::BadVersion | Zk::NodeExists | Zk::NoNode)

@@ -262,7 +262,7 @@ impl TermRun<'_> {
                     self.prune().await;
                     return Ok(());
                 }
-                Err(e) if e.is_transient() && backoff.failures() + 1 < MAX_END_ATTEMPTS => {
+                Err(e) if e.outcome_unknown() && backoff.failures() + 1 < MAX_END_ATTEMPTS => {
                     let pause = backoff.fail();
                     // The reply was lost: see what the record says now, and write again if it
                     // is still ours and running.
