@@ -253,10 +253,10 @@ async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_
         .await
         .unwrap();
 
-    // Requests reach the server at once, replies wait 600 ms in the proxy. Cutting as soon as the
-    // server has the node (another session sees it) loses the reply of a create that the server
-    // has applied.
-    proxy.delay_replies(Duration::from_millis(600));
+    // Requests reach the server at once, replies wait 2 s in the proxy (time to see the node even
+    // on a loaded machine). Cutting as soon as the server has the node (another session sees it)
+    // loses the reply of a create that the server has applied.
+    proxy.delay_replies(Duration::from_secs(2));
     let latch = LeaderLatch::builder(&s, &path)
         .id("cut")
         .start()
@@ -268,7 +268,7 @@ async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_
     .await;
     assert!(
         proxy.held_replies() > 0,
-        "the create's reply passed before the cut: the 600 ms delay did not hold it"
+        "the create's reply passed before the cut: the 2 s delay did not hold it"
     );
     let cut_ms = wall_ms();
     proxy.cut();
@@ -733,7 +733,7 @@ async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_anot
 
     // The create reaches a and the leader; its reply waits in a's proxy, which is then cut for
     // good: the session moves to b, which has not seen the create.
-    proxies[a].delay_replies(Duration::from_millis(600));
+    proxies[a].delay_replies(Duration::from_secs(2));
     let latch = LeaderLatch::builder(&s, &path)
         .id("a")
         .start()
@@ -745,7 +745,7 @@ async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_anot
     .await;
     assert!(
         proxies[a].held_replies() > 0,
-        "the create's reply passed before the cut: the 600 ms delay did not hold it"
+        "the create's reply passed before the cut: the 2 s delay did not hold it"
     );
     proxies[a].cut();
     eventually(
