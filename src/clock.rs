@@ -200,6 +200,19 @@ impl Clock {
         self.test.as_ref().map(|t| t.jumps.subscribe())
     }
 
+    /// Completes when a test next moves the clock by hand, as `jumps` (from [`Clock::jumps`])
+    /// sees it; never for the system clock (`None`).
+    ///
+    /// Cancel safe.
+    pub(crate) async fn jumped(jumps: &mut Option<watch::Receiver<u64>>) {
+        match jumps.as_mut() {
+            Some(rx) => {
+                let _ = rx.changed().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
     /// Waits until boot time reaches `deadline`. It sleeps on tokio's (monotonic) timers and
     /// reads the clock again on every wake, so after a host suspend it returns within the
     /// remaining monotonic time at the latest, and at once after a test's jump. Use a
@@ -213,14 +226,9 @@ impl Clock {
             if left.is_zero() {
                 return;
             }
-            match jumps.as_mut() {
-                Some(rx) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(left) => {}
-                        _ = rx.changed() => {}
-                    }
-                }
-                None => tokio::time::sleep(left).await,
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                () = Clock::jumped(&mut jumps) => {}
             }
         }
     }

@@ -305,18 +305,10 @@ impl Leadership {
             if left.is_zero() {
                 return;
             }
-            let jumped = async {
-                match jumps.as_mut() {
-                    Some(rx) => {
-                        let _ = rx.changed().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = tokio::time::sleep(left) => {}
                 _ = changes.changed() => {}
-                () = jumped => {}
+                () = Clock::jumped(&mut jumps) => {}
             }
         }
     }

@@ -391,18 +391,10 @@ impl Lease {
             if left.is_zero() {
                 return;
             }
-            let jumped = async {
-                match jumps.as_mut() {
-                    Some(rx) => {
-                        let _ = rx.changed().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 _ = tokio::time::sleep(left) => {}
                 _ = changes.changed() => return,
-                () = jumped => return,
+                () = Clock::jumped(&mut jumps) => return,
             }
         }
     }
