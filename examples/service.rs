@@ -30,7 +30,7 @@
 //!   least the selector's grace plus the connection timeout (5 s + 5 s here; Kubernetes' default
 //!   of 30 s covers it).
 //!
-//! Lines on stdout, for people and for `tests/examples.rs`: `ready on ADDR`, `leading with
+//! Lines on stdout, for people and for `tests/recipes/examples.rs`: `ready on ADDR`, `leading with
 //! token T`, `ran the job (token T, run N)`, `deposed: a newer leader wrote (token T)`,
 //! `stopped`.
 

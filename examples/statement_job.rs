@@ -33,7 +33,7 @@
 //! slot whose batches were all written (its end was not recorded) writes nothing: the row says
 //! it is complete.
 //!
-//! `tests/examples.rs` runs this job's code (it includes this file) against a real server.
+//! `tests/recipes/examples.rs` runs this job's code (it includes this file) against a real server.
 
 use zookeeper_recipes_rigs::prologue as common;
 

@@ -3,8 +3,6 @@
 //! Every other test skips in that case (printing why), so that a newcomer without ZooKeeper sees
 //! one clear failure with the install command instead of fifty; under `CI=true` they all fail.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 #[test]

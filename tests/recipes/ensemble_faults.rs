@@ -52,15 +52,12 @@
 //! steps down; the relay allowance's last half tick is there for it, and row 2 keeps over a
 //! second of gap under either policy.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use common::{BOUND, eventually, within, zookeeper};
-use tokio::sync::Mutex;
 use zookeeper_recipes::{ErrorPolicy, LeaderLatch, Leadership, Session};
 use zookeeper_recipes_testing::{self as testing, ServerMode, TestingCluster};
 
@@ -70,9 +67,6 @@ const TICK: Duration = Duration::from_millis(500);
 /// session timeout.
 const SYNC_LIMIT: u32 = 10;
 const SESSION_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// One ensemble at a time: the machine has two cores.
-static TURN: Mutex<()> = Mutex::const_new(());
 
 /// Where the latches of one row are, by server index.
 struct Plan {
@@ -225,7 +219,7 @@ async fn row(
     if !zookeeper() {
         return;
     }
-    let _turn = TURN.lock().await;
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::builder()
         .servers(servers)
         .tick_time(TICK)

@@ -2,8 +2,6 @@
 //! release, crash, session expiry and server restart, never a node the server said is gone, and
 //! costs one watch whatever the path holds.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::{Arc, Mutex};

@@ -9,8 +9,6 @@
 //! - a client link blackholed while the term's work ignores its cancellation;
 //! - a reconnect to a server whose `maxSessionTimeout` is lower than the session's timeout.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::{Arc, Mutex};
@@ -307,6 +305,7 @@ async fn a_silent_quorum_leader_ends_terms_but_keeps_sessions_and_the_leader() {
     if !zookeeper() {
         return;
     }
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::builder()
         .servers(3)
         .tick_time(TICK)
@@ -433,6 +432,7 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     if !zookeeper() {
         return;
     }
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::builder()
         .servers(3)
         .tick_time(TICK)
@@ -619,6 +619,7 @@ async fn a_session_on_a_silent_quorum_leader_is_kept() {
     if !zookeeper() {
         return;
     }
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::builder()
         .servers(3)
         .tick_time(TICK)

@@ -4,8 +4,6 @@
 //! Each fault test prints what it measured (time to Suspended and to Lost after the fault, with
 //! the configured timeout) so the figures are visible in `cargo test -- --nocapture`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -363,6 +361,7 @@ async fn killing_the_quorum_leader_gives_at_most_suspended_then_reconnected() {
     if !zookeeper() {
         return;
     }
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::start(3).await.unwrap();
     let s = session(cluster.connect_string(), Duration::from_secs(10)).await;
     let id = s.session_id().unwrap();
@@ -594,6 +593,7 @@ async fn a_session_that_moves_from_a_read_only_server_to_a_writable_one_is_a_new
     if !zookeeper() {
         return;
     }
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::builder()
         .read_only_mode(true)
         .start()
@@ -684,6 +684,7 @@ async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_anot
         return;
     }
     // A follower that lags keeps serving for syncLimit x tick = 6 s: time for the retry.
+    let _turn = common::ensemble_turn().await;
     let cluster = TestingCluster::builder()
         .sync_limit(30)
         .start()

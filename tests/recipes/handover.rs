@@ -5,8 +5,6 @@
 //! server (a proxy that holds back requests, or cuts the connection), and other clients deleting
 //! or rewriting nodes in one transaction.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! InterProcessMutex against real ZooKeeper: Curator's TestInterProcessMutexBase scenarios, and
 //! the loss signal Curator does not have.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,8 +1,6 @@
 //! LeaderLatch against real ZooKeeper: Curator's TestLeaderLatch scenarios, fencing tokens,
 //! error policies and herd freedom.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;

@@ -1,7 +1,5 @@
 //! LeaderSelector against real ZooKeeper: Curator's TestLeaderSelector scenarios.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,14 +7,13 @@
 //! says what did not happen. Tests that fault the server or freeze a process start their own
 //! server and run one at a time ([`FAULTS`]); the others share one server.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::ffi::OsStr;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use crate::FAULTS;
 use common::zkr::{
     EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, stubborn_handover,
     stubborn_script, zkr,
@@ -24,10 +23,6 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::Value;
 use zookeeper_recipes_testing as testing;
-
-/// Tests that freeze processes or stop servers run one at a time, so that their timing is not
-/// skewed by each other's JVMs on a small machine.
-static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `to - from` in milliseconds, negative when `to` came first.
 fn signed_ms(from: Instant, to: Instant) -> f64 {

@@ -8,10 +8,8 @@
 //! periods, a replica's wall clock skewed (30 days or an hour ahead, an hour behind) or stepped
 //! (within and beyond the tolerance), a cursor left in the future, a host suspend (through a
 //! `TestClock`), a leader's link blackholed while its run ignores its cancellation. Killed (-9)
-//! and frozen (SIGSTOP) replicas are in zkr/tests/cron_cli.rs, seeded ensemble faults in
+//! and frozen (SIGSTOP) replicas are in zkr/tests/zkr_cli/cron_cli.rs, seeded ensemble faults in
 //! rigs/tests/fault_trials.rs.
-
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use zookeeper_recipes_rigs::fixtures as common;
 

@@ -1,5 +1,4 @@
 //! Tests of the test harness itself, against real ZooKeeper processes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -710,11 +709,18 @@ fn server_dies_when_the_test_process_is_killed() {
     }
     let _turn = OWN_JVMS.blocking_lock();
     let exe = std::env::current_exe().expect("current exe");
+    // The probe's name in this binary: its module path without the crate's name.
+    let probe = format!(
+        "{}::leak_probe_child",
+        module_path!()
+            .split_once("::")
+            .map_or("", |(_, module)| module)
+    );
     let mut child = KillOnDrop(
         std::process::Command::new(exe)
             .args([
                 "--exact",
-                "leak_probe_child",
+                probe.as_str(),
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",

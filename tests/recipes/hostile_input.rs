@@ -5,8 +5,6 @@
 //! node, no permission), foreign and rewritten nodes, requests over the server's size limit,
 //! connect strings that point at something that is not ZooKeeper, and chroots that do not exist.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::sync::Arc;

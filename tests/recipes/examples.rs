@@ -1,12 +1,10 @@
 //! The examples' code, run against real ZooKeeper: the statement job's fencing in SQLite.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 // The example's job, included rather than copied; its `main` is unused here.
 #[allow(dead_code)]
-#[path = "../examples/statement_job.rs"]
+#[path = "../../examples/statement_job.rs"]
 mod statement_job;
 
 use std::time::Duration;
@@ -338,7 +336,7 @@ impl Replica {
 
 /// An example's binary, as `cargo test` builds it beside this test (`target/<profile>/examples`).
 /// A test cannot build it itself (cargo holds the build directory while tests run): after
-/// `cargo test --test examples` alone it may be missing or older than its source, and then the
+/// `cargo test --test recipes -- examples::` alone it may be missing or older than its source, and then the
 /// test says so rather than run a stale binary.
 fn example(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("no current exe");

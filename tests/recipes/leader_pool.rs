@@ -7,8 +7,6 @@
 //! path. Replicas run in this process (each on its own session) or as `zkr pool` children, which
 //! can be killed and frozen.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;

@@ -7,8 +7,6 @@
 //! lock that serves both sides in request order. Without Java or the Curator jars the tests skip
 //! (and fail under `CI=true`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;

@@ -7,8 +7,6 @@
 //! is `SIGKILL`ed when the test ends ([`Groups`]), and every wait is bounded with a message that
 //! says what did not happen. Tests that kill or freeze a replica run one at a time ([`FAULTS`]).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use zookeeper_recipes_rigs::fixtures as common;
 
 use std::collections::BTreeMap;
@@ -16,6 +14,7 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
+use crate::FAULTS;
 use common::zkr::{
     EventsOn, Groups, Line, Zkr, assert_usage_error, group_gone, libfaketime, skew_wall_clock,
     stubborn_handover, stubborn_script, zkr,
@@ -34,10 +33,6 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 /// stall of a second or two can cost a 2-3 s session, which would be a failover the test did
 /// not ask for.
 const STEADY: &str = "6s";
-
-/// Tests that kill or freeze replicas run one at a time, so that their timing is not skewed by
-/// each other on a small machine.
-static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---------------------------------------------------------------------------------------------
 // Driving zkr

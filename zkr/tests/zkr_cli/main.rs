@@ -1,0 +1,14 @@
+//! `zkr` against real ZooKeeper: the leadership, lock and observer commands (`cli`) and the
+//! scheduled job (`cron_cli`), as child processes of this test.
+//!
+//! One binary with a module per suite (each binary links the whole workspace); a module's tests
+//! run alone with `cargo test -p zkr --test zkr_cli -- cron_cli::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod cli;
+mod cron_cli;
+
+/// Tests that kill or freeze processes, or stop servers, run one at a time across both suites,
+/// so that their timing is not skewed by each other's processes and JVMs on a small machine.
+static FAULTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
