@@ -84,12 +84,14 @@ fi
 # password-less sudo); otherwise say how to get it.
 if [ ! -x /usr/sbin/debootstrap ] && ! command -v debootstrap >/dev/null 2>&1; then
     if [ "$(id -u)" -eq 0 ] || sudo -n true 2>/dev/null; then
-        apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends debootstrap)
+        # Waits for another install's dpkg lock (CI builds this image while the tests install).
+        apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y
+            --no-install-recommends debootstrap)
         [ "$(id -u)" -ne 0 ] && apt=(sudo -n "${apt[@]}")
         echo "debootstrap is missing: ${apt[*]}"
         if ! "${apt[@]}" >/tmp/zkr-debootstrap-install.log 2>&1; then
             echo "the package lists may be stale: apt-get update, then again"
-            ${sudo:+sudo -n} apt-get update >>/tmp/zkr-debootstrap-install.log 2>&1 || true
+            ${sudo:+sudo -n} apt-get -o DPkg::Lock::Timeout=600 update >>/tmp/zkr-debootstrap-install.log 2>&1 || true
             "${apt[@]}" >>/tmp/zkr-debootstrap-install.log 2>&1 || {
                 tail -20 /tmp/zkr-debootstrap-install.log >&2
                 echo "build.sh: installing debootstrap failed (log: /tmp/zkr-debootstrap-install.log)" >&2

@@ -26,6 +26,10 @@ use super::{HarnessError, Result};
 
 const LOCK_PATH: &str = "/tmp/zookeeper-recipes-install.lock";
 
+/// apt's option to wait up to ten minutes for dpkg's lock instead of failing at once: another
+/// install may hold it (a fresh machine's unattended upgrades; CI building its Docker image).
+const APT_LOCK_WAIT: &str = "DPkg::Lock::Timeout=600";
+
 /// Whether installing is allowed here, and with which prefix (`sudo -n` or nothing).
 fn installer() -> Option<Vec<&'static str>> {
     if std::env::var("ZKR_NO_INSTALL").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
@@ -102,7 +106,7 @@ pub fn install_debian_packages(
     let update: Vec<&str> = prefix
         .iter()
         .copied()
-        .chain(["apt-get", "update"])
+        .chain(["apt-get", "-o", APT_LOCK_WAIT, "update"])
         .collect();
     let install: Vec<&str> = prefix
         .iter()
@@ -111,6 +115,8 @@ pub fn install_debian_packages(
             "env",
             "DEBIAN_FRONTEND=noninteractive",
             "apt-get",
+            "-o",
+            APT_LOCK_WAIT,
             "install",
             "-y",
             "--no-install-recommends",
