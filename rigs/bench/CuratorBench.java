@@ -38,7 +38,7 @@ import org.apache.zookeeper.KeeperException;
  *
  * <pre>
  * java -cp &lt;classes&gt;:&lt;jars&gt; CuratorBench [--connect HOSTS] &lt;workload&gt; &lt;args&gt;
- *   handover N R | join N | lock C S | many N | idle N [T]
+ *   handover N R | join N | lock C S | many N | idle N [T] | fleet N [T]
  * </pre>
  *
  * <p>HOSTS defaults to {@code $ZK_CONNECT}; there is no embedded server here (start one with
@@ -76,6 +76,8 @@ public final class CuratorBench {
             "  lock C S       C clients acquire+release one InterProcessMutex for S seconds",
             "  many N         N LeaderLatches on one client, on N paths",
             "  idle N [T]     N leading LeaderLatches on one client (timeout T s, default 10): packets/s",
+            "  fleet N [T]    N clients (timeout T s, default 10), one LeaderLatch each in one election, on the",
+            "                 followers of the three-server ensemble HOSTS (`bench cluster` starts one)",
             "",
             "HOSTS defaults to $ZK_CONNECT (start a server with `cargo run --release --example bench -- server`).",
             "Figures go to stdout as `name value unit`, one per line; everything else goes to stderr.");
@@ -169,8 +171,17 @@ public final class CuratorBench {
                 int timeoutS = p.length == 2 ? number(p[1], "T (session timeout, seconds)", 1) : IDLE_TIMEOUT_S;
                 idle(connect(connect), latches, timeoutS);
                 break;
+            case "fleet":
+                if (p.length < 1 || p.length > 2) {
+                    throw new UsageError("`" + name + "` takes N [T], got " + Arrays.toString(p));
+                }
+                int fleetN = number(p[0], "N (sessions)", 2);
+                int fleetT = p.length == 2 ? number(p[1], "T (session timeout, seconds)", 1) : FLEET_TIMEOUT_S;
+                fleet(connect(connect), fleetN, fleetT);
+                break;
             case "server":
-                throw new UsageError("no embedded server on the Curator side: use `bench server`");
+            case "cluster":
+                throw new UsageError("no embedded server on the Curator side: use `bench " + name + "`");
             default:
                 throw new UsageError("unknown workload \"" + name + "\"");
         }
@@ -701,5 +712,135 @@ public final class CuratorBench {
             l.close();
         }
         client.close();
+    }
+
+    // ---- fleet -------------------------------------------------------------------------------
+
+    /** The session timeout of `fleet` when none is given: zkr's default. */
+    private static final int FLEET_TIMEOUT_S = 10;
+    /** How long after the fleet has settled the window opens. */
+    private static final long FLEET_SETTLE_MS = 5_000;
+
+    /** The counters of one server's mntr. */
+    private static java.util.Map<String, String> mntr(String hostPort) throws IOException {
+        int colon = hostPort.lastIndexOf(':');
+        InetSocketAddress address = new InetSocketAddress(hostPort.substring(0, colon),
+                Integer.parseInt(hostPort.substring(colon + 1)));
+        try (Socket s = new Socket()) {
+            s.connect(address, 5_000);
+            s.setSoTimeout(5_000);
+            OutputStream out = s.getOutputStream();
+            out.write("mntr".getBytes(StandardCharsets.US_ASCII));
+            out.flush();
+            String text = new String(s.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            java.util.Map<String, String> values = new TreeMap<>();
+            for (String line : text.split("\n")) {
+                String[] kv = line.split("\t", 2);
+                if (kv.length == 2) {
+                    values.put(kv[0].trim(), kv[1].trim());
+                }
+            }
+            return values;
+        }
+    }
+
+    private static double counter(String host, String key) throws IOException {
+        String value = mntr(host).get(key);
+        if (value == null) {
+            throw new IOException("mntr of " + host + " has no " + key);
+        }
+        return Double.parseDouble(value);
+    }
+
+    /** As bench.rs's `fleet`: N clients on the followers, one LeaderLatch each in one election. */
+    private static void fleet(String connect, int n, int timeoutS) throws Exception {
+        String leader = null;
+        List<String> followers = new ArrayList<>();
+        for (String host : connect.split("/", 2)[0].split(",")) {
+            String h = host.trim();
+            String state = mntr(h).get("zk_server_state");
+            if ("leader".equals(state)) {
+                leader = h;
+            } else if ("follower".equals(state)) {
+                followers.add(h);
+            } else {
+                throw new IllegalStateException(h + " is neither leader nor follower: " + state);
+            }
+        }
+        if (leader == null || followers.isEmpty()) {
+            throw new IllegalStateException("fleet needs a three-server ensemble (HOSTS naming every server)");
+        }
+        System.err.println("CuratorBench: fleet N=" + n + ": quorum leader " + leader + ", followers " + followers);
+        String toFollowers = String.join(",", followers);
+        int timeoutMs = Math.multiplyExact(timeoutS, 1000);
+        long rssBefore = rssKb();
+        long t0 = System.nanoTime();
+        List<CuratorFramework> clients = new ArrayList<>(n);
+        for (int from = 0; from < n; from += CONNECTS_IN_FLIGHT) {
+            List<CuratorFramework> batch = new ArrayList<>();
+            for (int i = from; i < Math.min(n, from + CONNECTS_IN_FLIGHT); i++) {
+                batch.add(newClient(toFollowers, timeoutMs));
+            }
+            for (CuratorFramework c : batch) {
+                connected(c);
+            }
+            clients.addAll(batch);
+        }
+        System.err.println("CuratorBench: fleet N=" + n + ": connected in " + fixed((System.nanoTime() - t0) / 1e6, 1)
+                + " ms (session timeout " + clients.get(0).getZookeeperClient().getZooKeeper().getSessionTimeout()
+                + " ms negotiated)");
+        String path = freshPath("fleet");
+        ensurePath(clients.get(0), path);
+        List<LeaderLatch> latches = new ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            LeaderLatch l = new LeaderLatch(clients.get(i), path, "f" + i);
+            l.start();
+            latches.add(l);
+        }
+        waitUntil("the " + n + " latches of " + path + " did not all create their nodes", () -> {
+            for (LeaderLatch l : latches) {
+                if (l.getOurPath() == null) {
+                    return false;
+                }
+            }
+            return true;
+        });
+        waitUntil("no latch of " + path + " leads",
+                () -> latches.stream().anyMatch(LeaderLatch::hasLeadership));
+        long rssAfter = rssKb();
+        System.err.println("CuratorBench: fleet N=" + n + ": settled " + fixed((System.nanoTime() - t0) / 1e6, 1)
+                + " ms after the first connect");
+
+        Thread.sleep(FLEET_SETTLE_MS);
+        double r0 = counter(leader, "zk_prep_processor_request_queued");
+        double p0 = 0;
+        for (String f : followers) {
+            p0 += counter(f, "zk_packets_received");
+        }
+        long start = System.nanoTime();
+        Thread.sleep(Math.max(2L * timeoutMs, 20_000L));
+        double r1 = counter(leader, "zk_prep_processor_request_queued");
+        double p1 = 0;
+        for (String f : followers) {
+            p1 += counter(f, "zk_packets_received");
+        }
+        double secs = (System.nanoTime() - start) / 1e9;
+        long leading = latches.stream().filter(LeaderLatch::hasLeadership).count();
+        if (leading != 1) {
+            throw new IllegalStateException(leading + " latches lead after the window, not one");
+        }
+        double followerPackets = Math.max(p1 - p0 - followers.size(), 0);
+        double leaderRequests = Math.max(r1 - r0, 0);
+        System.err.println("CuratorBench: fleet N=" + n + ": window " + fixed(secs, 1) + " s, " + leaderRequests
+                + " requests prepared at the leader, " + followerPackets + " packets at the followers");
+        figure("leader_requests_per_s", fixed(leaderRequests / secs, 2), "requests/s");
+        figure("leader_requests_per_s_per_session", fixed(leaderRequests / secs / n, 4), "requests/s");
+        figure("follower_packets_per_s", fixed(followerPackets / secs, 2), "packets/s");
+        figure("rss_kb_per_session", fixed(Math.max(rssAfter - rssBefore, 0) / (double) n, 1), "KiB");
+
+        for (LeaderLatch l : latches) {
+            l.close();
+        }
+        closeAll(clients);
     }
 }

@@ -7,9 +7,13 @@
 #   rigs/bench/compare.sh "handover 5 20" ...    these workloads instead, each on both sides
 #   rigs/bench/compare.sh "idle 1" "idle 1000"   (`idle N [T]`: N leading latches on one session of
 #                                           timeout T s, default 10: the server's packets/s)
+#   rigs/bench/compare.sh "fleet 2000"           (`fleet N [T]`: N sessions in one election on the
+#                                           followers of a three-server ensemble: the quorum
+#                                           leader's requests/s)
 #
 # The ZooKeeper is the Rust bench's embedded server (`bench server`: standalone, tickTime 500,
-# fsync on), started once and stopped at the end. Each workload runs on Rust, then on Curator.
+# fsync on), started once and stopped at the end; `fleet` workloads run on a three-server
+# ensemble (`bench cluster`, tickTime 2 s), started before the first of them. Each workload runs on Rust, then on Curator.
 # After them the Rust bench's `floor` workload measures what the server alone needs for a
 # handover's requests and for a lock cycle's, printed under the table with each side's figure
 # over its floor. A run that fails, or takes longer than $BENCH_TIMEOUT seconds (default 900), shows `-` in the
@@ -43,6 +47,8 @@ else
         "idle 100"
         "idle 1000"
         "idle 10000"
+        "fleet 100"
+        "fleet 1000"
     )
 fi
 timeout_s=${BENCH_TIMEOUT:-900}
@@ -111,17 +117,47 @@ zk_version() {
     exec 3<&-
 }
 
+# ---- the ensemble of the fleet workloads, started when the first one runs ---------------------
+cluster_hosts=""
+cluster_out=$(mktemp)
+start_cluster() {
+    [[ -n "$cluster_hosts" ]] && return 0
+    # Its stdin is this script's descriptor cluster_in: closing it stops the ensemble.
+    exec {cluster_in}> >(exec "$bench" cluster >"$cluster_out")
+    cluster_pid=$!
+    local waited=0
+    until grep -q '^connect ' "$cluster_out" 2>/dev/null; do
+        ((waited < 1200)) || die "the bench's ensemble did not start within 120 s"
+        kill -0 "$cluster_pid" 2>/dev/null || die "the bench's ensemble exited before it started"
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    cluster_hosts=$(sed -n 's/^connect //p' "$cluster_out" | head -n 1)
+    echo "compare.sh: a three-server ensemble at $cluster_hosts" >&2
+}
+stop_cluster() {
+    [[ -n "$cluster_hosts" ]] || return 0
+    exec {cluster_in}>&- 2>/dev/null || true
+    wait "$cluster_pid" 2>/dev/null || true
+    rm -f "$cluster_out"
+}
+trap 'stop_cluster; stop_server' EXIT
+
 # ---- run -------------------------------------------------------------------------------------
 declare -A value unit
 run_side() { # side workload...
     local side=$1 out
     shift
     echo "compare.sh: [$side] $*" >&2
-    local cmd
+    local cmd on=$hosts
+    if [[ $1 == fleet ]]; then
+        start_cluster
+        on=$cluster_hosts
+    fi
     if [[ $side == rust ]]; then
-        cmd=("$bench" --connect "$hosts" "$@")
+        cmd=("$bench" --connect "$on" "$@")
     else
-        cmd=("$java" -cp "$classes:$classpath" CuratorBench --connect "$hosts" "$@")
+        cmd=("$java" -cp "$classes:$classpath" CuratorBench --connect "$on" "$@")
     fi
     if ! out=$(timeout "$timeout_s" "${cmd[@]}"); then
         echo "compare.sh: [$side] $* failed or timed out after ${timeout_s}s" >&2
@@ -160,6 +196,7 @@ figures_of() {
         lock) echo lock_ops_per_s ;;
         many) echo many_start_ms rss_kb_per_latch ;;
         idle) echo idle_packets_per_s ;;
+        fleet) echo leader_requests_per_s leader_requests_per_s_per_session follower_packets_per_s rss_kb_per_session ;;
     esac
 }
 better_of() {

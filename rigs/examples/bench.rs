@@ -14,7 +14,11 @@
 //!   floor R [S]    the server's own floors: a handover's requests (R rounds) and a lock's (S s)
 //!   pool J R [T]   a LeaderPool of J jobs over R replica processes (timeout T s, default 4):
 //!                  settle time, requests and assignment bytes after start, a join, a kill -9
+//!   fleet N [T]    N sessions, one LeaderLatch each in one election, on the followers of a
+//!                  three-server ensemble: what the fleet at rest costs the quorum leader
 //!   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
+//!   cluster        start an embedded three-server ensemble, print `connect HOSTS`, serve until
+//!                  stdin closes
 //! ```
 //!
 //! Each workload prints one figure per line on stdout, `name value unit` with single spaces
@@ -102,6 +106,15 @@
 //!   its version's change) and `pool_<phase>_assignment_bytes` (the node's size after the phase:
 //!   what each write costs; every live replica reads it back once per write); then
 //!   `pool_assignment_bytes`, the node's size after start.
+//! - `fleet N [T]`: what a fleet at rest costs a three-server ensemble, above all its quorum
+//!   leader, which alone runs the request-preparation thread that every write and every `sync`
+//!   goes through. N sessions of timeout T seconds (default 10, `zkr`'s), connected to the
+//!   followers only, one `LeaderLatch` each in one election; with `--connect`, HOSTS must name
+//!   the whole ensemble (the leader is found by `mntr`), else the bench starts one (tickTime
+//!   2 s). After the fleet has settled and 5 s more, a window of 2T (at least 20 s):
+//!   `leader_requests_per_s` (the leader's `zk_prep_processor_request_queued`, per second),
+//!   `leader_requests_per_s_per_session`, `follower_packets_per_s` (the followers'
+//!   `zk_packets_received`, summed) and `rss_kb_per_session`. See `bench/fleet.rs`.
 //!
 //! # Counting requests
 //!
@@ -143,6 +156,8 @@ use zookeeper_recipes::{InterProcessMutex, LeaderLatch, Session};
 use zookeeper_recipes_testing::{self as testing, TestingServer, TestingServerBuilder};
 
 use zookeeper_recipes_rigs::prologue as common;
+#[path = "bench/fleet.rs"]
+mod fleet;
 #[path = "bench/pool.rs"]
 mod pool;
 
@@ -161,7 +176,12 @@ usage: bench [--connect HOSTS] <workload> <args>
                  of a lock's create+delete with 1 and with 4 clients
   pool J R [T]   a LeaderPool of J jobs over R replica processes (timeout T s, default 4):
                  settle time, requests and assignment bytes after start, a join, a kill -9
+  fleet N [T]    N sessions (timeout T s, default 10), one LeaderLatch each in one election,
+                 on the followers of a three-server ensemble (HOSTS, else an embedded one): the
+                 quorum leader's requests/s, the followers' packets/s, RSS per session at rest
   server         start an embedded ZooKeeper, print `connect HOSTS`, serve until stdin closes
+  cluster        start an embedded three-server ensemble, print `connect HOSTS`, serve until
+                 stdin closes
 
 HOSTS defaults to $ZK_CONNECT, else an embedded ZooKeeper (tickTime 500, fsync on).
 Figures go to stdout as `name value unit`, one per line; everything else goes to stderr.";
@@ -210,7 +230,9 @@ enum Workload {
     Floor { rounds: usize, seconds: u64 },
     Pool(pool::Params),
     PoolReplica(pool::Replica),
+    Fleet(fleet::Params),
     Server,
+    Cluster,
 }
 
 /// The parsed command line.
@@ -325,6 +347,14 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 return Err("`server` starts its own ZooKeeper: no --connect".to_owned());
             }
             Workload::Server
+        }
+        "fleet" => Workload::Fleet(fleet::parse(params)?),
+        "cluster" => {
+            expect(0, "no arguments")?;
+            if connect.is_some() {
+                return Err("`cluster` starts its own ensemble: no --connect".to_owned());
+            }
+            Workload::Cluster
         }
         other => return Err(format!("unknown workload {other:?}")),
     };
@@ -1005,8 +1035,12 @@ async fn server() -> Result<()> {
 }
 
 async fn run(args: Args) -> Result<()> {
-    if args.workload == Workload::Server {
-        return server().await;
+    match args.workload {
+        Workload::Server => return server().await,
+        // Both start (or are given) a three-server ensemble, not the embedded server.
+        Workload::Cluster => return fleet::serve().await,
+        Workload::Fleet(params) => return fleet::run(args.connect, params).await,
+        _ => {}
     }
     if let (Workload::PoolReplica(replica), Some(connect)) = (args.workload, &args.connect) {
         return pool::replica(connect, replica).await;
@@ -1023,6 +1057,10 @@ async fn run(args: Args) -> Result<()> {
         Workload::Pool(params) => pool::run(&target, params).await,
         Workload::PoolReplica(_) => Err("`pool-replica` needs --connect".into()),
         Workload::Server => server().await,
+        Workload::Cluster => fleet::serve().await,
+        Workload::Fleet(params) => {
+            fleet::run(Some(target.connect_string().to_owned()), params).await
+        }
     }
 }
 
@@ -1122,6 +1160,21 @@ mod tests {
             })
         );
         assert_eq!(args("server").map(|a| a.workload), Ok(Workload::Server));
+        assert_eq!(args("cluster").map(|a| a.workload), Ok(Workload::Cluster));
+        assert_eq!(
+            args("fleet 2000").map(|a| a.workload),
+            Ok(Workload::Fleet(fleet::Params {
+                sessions: 2000,
+                timeout: Duration::from_secs(10)
+            }))
+        );
+        assert_eq!(
+            args("--connect a:1,b:1,c:1 fleet 100 2").map(|a| a.workload),
+            Ok(Workload::Fleet(fleet::Params {
+                sessions: 100,
+                timeout: Duration::from_secs(2)
+            }))
+        );
     }
 
     #[test]
@@ -1146,6 +1199,12 @@ mod tests {
             ("--connect server", "no workload"),
             ("--connect h:1 server", "no --connect"),
             ("join 5 --connect h:1", "takes N"),
+            ("fleet", "takes N [T]"),
+            ("fleet 1", "N (sessions)"),
+            ("fleet 10 0", "T (session timeout"),
+            ("fleet 10 10 10", "takes N [T]"),
+            ("--connect h:1 cluster", "no --connect"),
+            ("cluster 3", "no arguments"),
         ] {
             let err = args(line).expect_err(line);
             assert!(err.contains(says), "{line:?}: {err}");
