@@ -75,7 +75,12 @@
 //!   `_p99` (the floor of a handover in which the successor lists first, as Curator's does).
 //!   Then S seconds (default 10, after a 1 s warm-up) of 1, and of 4, sessions each looping
 //!   create (ephemeral sequential) + delete under one path, the two fsynced writes of an
-//!   uncontended acquire+release: `floor_lock_ops_per_s` and `floor_lock4_ops_per_s`.
+//!   uncontended acquire+release: `floor_lock_ops_per_s` and `floor_lock4_ops_per_s`. Then the
+//!   floor of a *contended* lock, S seconds each with 4 and with 16 sessions queueing for one
+//!   lock on the raw client (create, list, watch the predecessor; on its deletion hold at once
+//!   when it led the queue in the waiter's listing, else list again; hold, delete): each
+//!   hand-over is one fsynced delete, the next holder's event and its listing when it must
+//!   list: `floor_contended_lock_ops_per_s` (4 clients) and `floor_contended_lock16_ops_per_s`.
 //! - `many N`: one session; N latches on N fresh paths (siblings under one existing parent),
 //!   started at once. `many_start_ms` is the time until every latch has its node;
 //!   `rss_kb_per_latch` is the growth of this process's resident set (`VmRSS` of
@@ -173,7 +178,8 @@ usage: bench [--connect HOSTS] <workload> <args>
   many N         N LeaderLatches on one session, on N paths
   idle N [T]     N leading LeaderLatches on one session (timeout T s, default 10): packets/s
   floor R [S]    the server's floors on the raw client: R handover rounds, S s (default 10)
-                 of a lock's create+delete with 1 and with 4 clients
+                 of a lock's create+delete with 1 and with 4 clients, and of a contended
+                 lock's hand-overs with 4 and with 16 clients
   pool J R [T]   a LeaderPool of J jobs over R replica processes (timeout T s, default 4):
                  settle time, requests and assignment bytes after start, a join, a kill -9
   fleet N [T]    N sessions (timeout T s, default 10), one LeaderLatch each in one election,
@@ -728,7 +734,100 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
         let ops = lock_floor(target, clients, seconds).await?;
         figure(name, format_args!("{ops:.1}"), "ops/s");
     }
+    for (name, clients) in [
+        ("floor_contended_lock_ops_per_s", 4),
+        ("floor_contended_lock16_ops_per_s", 16),
+    ] {
+        let ops = contended_lock_floor(target, clients, seconds).await?;
+        figure(name, format_args!("{ops:.1}"), "ops/s");
+    }
     Ok(())
+}
+
+/// What the server allows a contended lock: `clients` sessions queue for one lock on the raw
+/// client, each looping create (ephemeral sequential), wait for its turn, delete. A waiter lists
+/// the queue and watches its predecessor; on the predecessor's deletion it holds at once if that
+/// node led the queue in its listing, and lists again otherwise. So each hand-over is the chain a
+/// mutex cannot go below: one fsynced delete, the next holder's event, and its listing when it
+/// must list. Holds per second over all clients, for `seconds` after the warm-up.
+async fn contended_lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<f64> {
+    use zookeeper_client::{Acls, CreateMode};
+    let sessions = connect_sessions(target.connect_string(), clients).await?;
+    let path = fresh_path("contended-floor");
+    let first = sessions.first().ok_or("no sessions")?;
+    ensure_path(first, ROOT).await?;
+    first
+        .client()?
+        .create(
+            &path,
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await?;
+    let measured_from = Instant::now() + LOCK_WARMUP;
+    let until = measured_from + Duration::from_secs(seconds);
+    let mut tasks = Vec::with_capacity(clients);
+    for session in &sessions {
+        let client = session.client()?;
+        let path = path.clone();
+        tasks.push(tokio::spawn(async move {
+            let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+            let prefix = format!("{path}/lock-");
+            let mut measured = 0u64;
+            let mut relists = 0u64;
+            loop {
+                let (_, sequence) = client.create(&prefix, b"floor", &ephemeral).await?;
+                let me = format!("lock-{sequence}");
+                loop {
+                    let mut queue = client.list_children(&path).await?;
+                    // One prefix and a fixed-width sequence: the names sort as the queue.
+                    queue.sort_unstable();
+                    let at = queue
+                        .iter()
+                        .position(|n| *n == me)
+                        .ok_or("a waiter's node is gone")?;
+                    let Some(ahead) = at.checked_sub(1).map(|i| &queue[i]) else {
+                        break;
+                    };
+                    let (stat, watcher) = client
+                        .check_and_watch_stat(&format!("{path}/{ahead}"))
+                        .await?;
+                    if stat.is_none() {
+                        continue;
+                    }
+                    watcher.changed().await;
+                    if at == 1 {
+                        break;
+                    }
+                    relists += 1;
+                }
+                let now = Instant::now();
+                client.delete(&format!("{path}/{me}"), None).await?;
+                if now >= until {
+                    return Ok::<_, BoxError>((measured, relists));
+                }
+                if now >= measured_from {
+                    measured += 1;
+                }
+            }
+        }));
+    }
+    let (mut total, mut relists) = (0u64, 0u64);
+    for task in tasks {
+        let (holds, lists) = bounded(
+            || format!("a client of the contended lock floor on {path} did not finish"),
+            task,
+        )
+        .await???;
+        total += holds;
+        relists += lists;
+    }
+    eprintln!(
+        "bench: contended lock floor C={clients} S={seconds}: {total} holds, {relists} listings after an event"
+    );
+    first.client()?.delete(&path, None).await?;
+    close_sessions(&sessions).await;
+    Ok(total as f64 / seconds as f64)
 }
 
 /// What the server allows a lock: `clients` sessions, each looping the two writes of an
