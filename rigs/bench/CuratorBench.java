@@ -163,28 +163,37 @@ public final class CuratorBench {
                 expect(name, p, 1, "N");
                 many(connect(connect), number(p[0], "N (latches)", 1));
                 break;
-            case "idle":
-                if (p.length < 1 || p.length > 2) {
-                    throw new UsageError("`" + name + "` takes N [T], got " + Arrays.toString(p));
-                }
-                int latches = number(p[0], "N (latches)", 1);
-                int timeoutS = p.length == 2 ? number(p[1], "T (session timeout, seconds)", 1) : IDLE_TIMEOUT_S;
+            case "idle": {
+                int latches = number(nAndT(name, p)[0], "N (latches)", 1);
+                int timeoutS = timeout(p, IDLE_TIMEOUT_S);
                 idle(connect(connect), latches, timeoutS);
                 break;
-            case "fleet":
-                if (p.length < 1 || p.length > 2) {
-                    throw new UsageError("`" + name + "` takes N [T], got " + Arrays.toString(p));
-                }
-                int fleetN = number(p[0], "N (sessions)", 2);
-                int fleetT = p.length == 2 ? number(p[1], "T (session timeout, seconds)", 1) : FLEET_TIMEOUT_S;
-                fleet(connect(connect), fleetN, fleetT);
+            }
+            case "fleet": {
+                int sessions = number(nAndT(name, p)[0], "N (sessions)", 2);
+                int timeoutS = timeout(p, FLEET_TIMEOUT_S);
+                fleet(connect(connect), sessions, timeoutS);
                 break;
+            }
             case "server":
             case "cluster":
                 throw new UsageError("no embedded server on the Curator side: use `bench " + name + "`");
             default:
                 throw new UsageError("unknown workload \"" + name + "\"");
         }
+    }
+
+    /** The arguments `N [T]`, checked for their count. */
+    private static String[] nAndT(String name, String[] p) throws UsageError {
+        if (p.length < 1 || p.length > 2) {
+            throw new UsageError("`" + name + "` takes N [T], got " + Arrays.toString(p));
+        }
+        return p;
+    }
+
+    /** T of `N [T]` in seconds, else the default. */
+    private static int timeout(String[] p, int defaultS) throws UsageError {
+        return p.length == 2 ? number(p[1], "T (session timeout, seconds)", 1) : defaultS;
     }
 
     private static void expect(String name, String[] p, int n, String shape) throws UsageError {

@@ -7,17 +7,20 @@
 #   rigs/bench/compare.sh "handover 5 20" ...    these workloads instead, each on both sides
 #   rigs/bench/compare.sh "idle 1" "idle 1000"   (`idle N [T]`: N leading latches on one session of
 #                                           timeout T s, default 10: the server's packets/s)
+#   BENCH_ROUNDS=5 rigs/bench/compare.sh ...     rounds per workload and side (default 3)
 #   rigs/bench/compare.sh "fleet 2000"           (`fleet N [T]`: N sessions in one election on the
 #                                           followers of a three-server ensemble: the quorum
 #                                           leader's requests/s)
 #
 # The ZooKeeper is the Rust bench's embedded server (`bench server`: standalone, tickTime 500,
 # fsync on), started once and stopped at the end; `fleet` workloads run on a three-server
-# ensemble (`bench cluster`, tickTime 2 s), started before the first of them. Each workload runs on Rust, then on Curator.
-# After them the Rust bench's `floor` workload measures what the server alone needs for a
-# handover's requests and for a lock cycle's, printed under the table with each side's figure
-# over its floor. A run that fails, or takes longer than $BENCH_TIMEOUT seconds (default 900), shows `-` in the
-# table and the script carries on (Curator may not cope with 1,000 clients on a small machine).
+# ensemble (`bench cluster`, tickTime 2 s), started before the first of them. Each workload runs
+# BENCH_ROUNDS times on each side, the sides alternating. After them the Rust bench's `floor`
+# workload measures what the server alone needs for a handover's requests and for a lock's,
+# printed under the table with each side's figure over its floor. A run that fails, or takes
+# longer than $BENCH_TIMEOUT seconds (default 900), counts no value for its round (a row with
+# none shows `-`) and the script carries on (Curator may not cope with 1,000 clients on a small
+# machine).
 # Progress and each side's diagnostics go to stderr; the table goes to stdout.
 #
 # Needs: cargo, a JDK (java and javac; $JAVA_HOME/bin first, else PATH) and the jars listed in
@@ -53,6 +56,10 @@ else
     )
 fi
 timeout_s=${BENCH_TIMEOUT:-900}
+rounds=${BENCH_ROUNDS:-3}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || die "BENCH_ROUNDS must be a whole number >= 1, got '$rounds'"
+# A ratio whose rounds spread wider than this (percent either side of the median) is marked.
+noisy_pct=15
 
 # ---- Java and the Curator jars ---------------------------------------------------------------
 find_tool() {
@@ -166,7 +173,8 @@ run_side() { # side workload...
     local name val u
     while read -r name val u; do
         [[ -n "$name" ]] || continue
-        value["$*|$name|$side"]=$val
+        # One value per round, in round order.
+        value["$*|$name|$side"]+="${value["$*|$name|$side"]:+ }$val"
         unit["$*|$name"]=$u
     done <<<"$out"
 }
@@ -179,15 +187,27 @@ stall_us() { # io|cpu some|full
 io0=$(stall_us io full)
 cpu0=$(stall_us cpu some)
 started=$(date +%s)
+# Each workload runs $rounds times on each side, the sides alternating (Rust first in odd
+# rounds, Curator first in even ones), so that a machine that gets busier or quieter during a
+# workload weighs on both sides alike.
 for w in "${workloads[@]}"; do
     read -ra args <<<"$w"
-    run_side rust "${args[@]}"
-    run_side curator "${args[@]}"
+    for ((round = 1; round <= rounds; round++)); do
+        if ((round % 2)); then
+            run_side rust "${args[@]}"
+            run_side curator "${args[@]}"
+        else
+            run_side curator "${args[@]}"
+            run_side rust "${args[@]}"
+        fi
+    done
 done
 # The server's own floor for a handover (its two requests on the raw client, same pacing): what
 # neither client can go below on this server.
 floor_workload="floor 200"
-run_side rust $floor_workload
+for ((round = 1; round <= rounds; round++)); do
+    run_side rust $floor_workload
+done
 
 # ---- table -----------------------------------------------------------------------------------
 figures_of() {
@@ -216,23 +236,48 @@ printf '\n%s, %s cores, %s, ZooKeeper %s standalone (tickTime 500, fsync on), %s
     "$(zk_version || true)" "$elapsed"
 printf 'machine load during the run: every task stalled on I/O %s of the time, some task waiting for a core %s\n' \
     "$(pressure "$io0" "$(stall_us io full)")" "$(pressure "$cpu0" "$(stall_us cpu some)")"
-printf '\n| %-17s | %-36s | %10s | %10s | %12s | %-6s |\n' workload figure rust curator rust/curator better
-printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1..38})" \
-    "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..14})" "$(printf -- '-%.0s' {1..8})"
+# The median of a space-separated list of numbers ("-" when empty).
+median() {
+    awk -v list="$1" 'BEGIN {
+        n = split(list, v, " "); if (n == 0) { print "-"; exit }
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+        m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        print m + 0 }'
+}
+# "median-ratio spread": the per-round ratios rust/curator (rounds paired in order), their
+# median, and how far the farthest lies from it, in percent ("-" without a pair).
+ratio_spread() { # rust-values curator-values
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        n = split(a, r, " "); m = split(b, c, " "); if (m < n) n = m
+        k = 0; for (i = 1; i <= n; i++) if (c[i] + 0 != 0) q[++k] = r[i] / c[i]
+        if (k == 0) { print "- -"; exit }
+        for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (q[j] < q[i]) { t = q[i]; q[i] = q[j]; q[j] = t }
+        med = (k % 2) ? q[(k + 1) / 2] : (q[k / 2] + q[k / 2 + 1]) / 2
+        far = 0; for (i = 1; i <= k; i++) { d = q[i] - med; if (d < 0) d = -d; if (d > far) far = d }
+        if (k < 2) printf "%.2f -\n", med; else printf "%.2f %.0f\n", med, (med > 0 ? 100 * far / med : 0) }'
+}
+printf 'each figure: the median of %s rounds per side, the sides alternating; rust/curator is the median of\n' "$rounds"
+printf "the rounds' ratios, with the farthest round's distance from it; wider than +-%s%% is marked noisy\n" "$noisy_pct"
+printf '\n| %-17s | %-36s | %10s | %10s | %12s | %-13s | %-6s |\n' workload figure rust curator rust/curator spread better
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1..38})" \
+    "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..14})" \
+    "$(printf -- '-%.0s' {1..15})" "$(printf -- '-%.0s' {1..8})"
 for w in "${workloads[@]}"; do
     read -ra args <<<"$w"
     for f in $(figures_of "${args[0]}"); do
-        r=${value["$w|$f|rust"]:--}
-        c=${value["$w|$f|curator"]:--}
+        rv=${value["$w|$f|rust"]:-}
+        cv=${value["$w|$f|curator"]:-}
         u=${unit["$w|$f"]:-}
-        ratio=-
-        if [[ $r != - && $c != - ]]; then
-            ratio=$(awk -v r="$r" -v c="$c" 'BEGIN { if (c + 0 == 0) print "-"; else printf "%.2f", r / c }')
-        fi
-        printf '| %-17s | %-36s | %10s | %10s | %12s | %-6s |\n' "$w" "$f ($u)" "$r" "$c" "$ratio" "$(better_of "$f")"
+        read -r ratio spread <<<"$(ratio_spread "$rv" "$cv")"
+        case $spread in
+            -) shown=- ;;
+            *) if ((spread > noisy_pct)); then shown="+-$spread% noisy"; else shown="+-$spread%"; fi ;;
+        esac
+        printf '| %-17s | %-36s | %10s | %10s | %12s | %-13s | %-6s |\n' "$w" "$f ($u)" "$(median "$rv")" \
+            "$(median "$cv")" "$ratio" "$shown" "$(better_of "$f")"
     done
 done
-fv() { local v=${value["$floor_workload|$1|rust"]:-}; printf '%s' "${v:--}"; }
+fv() { median "${value["$floor_workload|$1|rust"]:-}"; }
 printf '\nthe server floors (%s, raw client, no recipe):\n' "$floor_workload"
 printf -- '- a handover in which the successor claims on the event (one fsynced delete, its event): p50 %s ms, p99 %s ms\n' \
     "$(fv floor_handover_ms_p50)" "$(fv floor_handover_ms_p99)"
@@ -253,7 +298,9 @@ printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1.
 for w in "${workloads[@]}"; do
     read -ra args <<<"$w"
     case ${args[0]} in
-        handover) f=handover_ms_p50 floor=floor_handover_ms_p50 ;;
+        # A rolling handover's successor lists on the event (recipes/leader-latch.md, "Requests
+        # per handover"): its floor is the listed one.
+        handover) f=handover_ms_p50 floor=floor_listed_handover_ms_p50 ;;
         # One client's mutex is bounded by its own create+delete; clients that queue, by the
         # contended lock's hand-over chain (the 4-client create+delete figure, parallel with
         # fsyncs batched, is printed above for scale only).
@@ -269,5 +316,6 @@ for w in "${workloads[@]}"; do
         *) continue ;;
     esac
     printf '| %-17s | %-52s | %10s | %10s |\n' "$w" "$f / $floor" \
-        "$(ratio "${value["$w|$f|rust"]:-}" "$(fv $floor)")" "$(ratio "${value["$w|$f|curator"]:-}" "$(fv $floor)")"
+        "$(ratio "$(median "${value["$w|$f|rust"]:-}")" "$(fv $floor)")" \
+        "$(ratio "$(median "${value["$w|$f|curator"]:-}")" "$(fv $floor)")"
 done

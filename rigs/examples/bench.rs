@@ -689,8 +689,7 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
     use zookeeper_client::{Acls, CreateMode};
     let leader = connect_one(target.connect_string()).await?;
     let successor = connect_one(target.connect_string()).await?;
-    let path = fresh_path("floor");
-    ensure_path(&leader, &path).await?;
+    let path = floor_path(&leader, "floor").await?;
     let (leader, successor) = (leader.client()?, successor.client()?);
     let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let mut event_ms = Vec::with_capacity(rounds);
@@ -718,6 +717,7 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
             listed_ms.push(listed.as_secs_f64() * 1e3);
         }
     }
+    leader.delete(&path, None).await?;
     for (name, values, q) in [
         ("floor_handover_ms_p50", &event_ms, 0.5),
         ("floor_handover_ms_p99", &event_ms, 0.99),
@@ -752,18 +752,8 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
 /// must list. Holds per second over all clients, for `seconds` after the warm-up.
 async fn contended_lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<f64> {
     use zookeeper_client::{Acls, CreateMode};
-    let sessions = connect_sessions(target.connect_string(), clients).await?;
-    let path = fresh_path("contended-floor");
+    let (sessions, path) = floor_sessions(target, clients, "contended-floor").await?;
     let first = sessions.first().ok_or("no sessions")?;
-    ensure_path(first, ROOT).await?;
-    first
-        .client()?
-        .create(
-            &path,
-            b"",
-            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
-        )
-        .await?;
     let measured_from = Instant::now() + LOCK_WARMUP;
     let until = measured_from + Duration::from_secs(seconds);
     let mut tasks = Vec::with_capacity(clients);
@@ -830,18 +820,14 @@ async fn contended_lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) 
     Ok(total as f64 / seconds as f64)
 }
 
-/// What the server allows a lock: `clients` sessions, each looping the two writes of an
-/// uncontended acquire+release (create an ephemeral sequential node under one path, delete
-/// it) on the raw client, for `seconds` after the warm-up; cycles per second over all clients.
-async fn lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<f64> {
+/// A fresh path for a floor, created persistent, not as a container: between two rounds or
+/// cycles it has no child, and the server removes empty containers that have had children (a
+/// sweep in such a gap failed a run with "node not exists"). The floor deletes it at its end.
+async fn floor_path(session: &Session, what: &str) -> Result<String> {
     use zookeeper_client::{Acls, CreateMode};
-    let sessions = connect_sessions(target.connect_string(), clients).await?;
-    let path = fresh_path("lock-floor");
-    let first = sessions.first().ok_or("no sessions")?;
-    ensure_path(first, ROOT).await?;
-    // Persistent, not a container: between two cycles the path has no child, and the server
-    // removes empty containers.
-    first
+    let path = fresh_path(what);
+    ensure_path(session, ROOT).await?;
+    session
         .client()?
         .create(
             &path,
@@ -849,6 +835,28 @@ async fn lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<
             &CreateMode::Persistent.with_acls(Acls::anyone_all()),
         )
         .await?;
+    Ok(path)
+}
+
+/// The sessions of a lock floor and the fresh path they lock on ([`floor_path`]).
+async fn floor_sessions(
+    target: &ZooKeeper,
+    clients: usize,
+    what: &str,
+) -> Result<(Vec<Session>, String)> {
+    let sessions = connect_sessions(target.connect_string(), clients).await?;
+    let first = sessions.first().ok_or("no sessions")?;
+    let path = floor_path(first, what).await?;
+    Ok((sessions, path))
+}
+
+/// What the server allows a lock: `clients` sessions, each looping the two writes of an
+/// uncontended acquire+release (create an ephemeral sequential node under one path, delete
+/// it) on the raw client, for `seconds` after the warm-up; cycles per second over all clients.
+async fn lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) -> Result<f64> {
+    use zookeeper_client::{Acls, CreateMode};
+    let (sessions, path) = floor_sessions(target, clients, "lock-floor").await?;
+    let first = sessions.first().ok_or("no sessions")?;
     let measured_from = Instant::now() + LOCK_WARMUP;
     let until = measured_from + Duration::from_secs(seconds);
     let mut tasks = Vec::with_capacity(clients);
@@ -1123,13 +1131,20 @@ async fn server() -> Result<()> {
         "bench: serving ZooKeeper at {} (tickTime {TICK:?}, fsync on) until stdin closes",
         server.connect_string()
     );
+    until_stdin_closes().await?;
+    drop(server);
+    Ok(())
+}
+
+/// Returns once this process's stdin is closed (the `server` and `cluster` workloads serve until
+/// then).
+async fn until_stdin_closes() -> Result<()> {
     tokio::task::spawn_blocking(|| {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 4096];
         while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
     })
     .await?;
-    drop(server);
     Ok(())
 }
 

@@ -16,7 +16,7 @@
 //! - `rss_kb_per_session`: this process's resident set after the fleet has settled, less before
 //!   the first session connected, divided by N.
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -301,12 +301,7 @@ pub(super) async fn serve() -> Result<()> {
         "bench: serving a three-server ZooKeeper ensemble at {} (tickTime {TICK:?}) until stdin closes",
         cluster.connect_string()
     );
-    tokio::task::spawn_blocking(|| {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = [0u8; 4096];
-        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-    })
-    .await?;
+    super::until_stdin_closes().await?;
     drop(cluster);
     Ok(())
 }
