@@ -256,8 +256,8 @@ ratio_spread() { # rust-values curator-values
         far = 0; for (i = 1; i <= k; i++) { d = q[i] - med; if (d < 0) d = -d; if (d > far) far = d }
         if (k < 2) printf "%.2f -\n", med; else printf "%.2f %.0f\n", med, (med > 0 ? 100 * far / med : 0) }'
 }
-printf 'each figure: the median of %s rounds per side, the sides alternating; rust/curator is the median of\n' "$rounds"
-printf "the rounds' ratios, with the farthest round's distance from it; wider than +-%s%% is marked noisy\n" "$noisy_pct"
+printf 'rounds per side: %s, the sides alternating; each figure is the median of its rounds, rust/curator\n' "$rounds"
+printf "the median of the rounds' ratios, with the farthest round's distance from it (wider than +-%s%%: noisy)\n" "$noisy_pct"
 printf '\n| %-17s | %-36s | %10s | %10s | %12s | %-13s | %-6s |\n' workload figure rust curator rust/curator spread better
 printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..19})" "$(printf -- '-%.0s' {1..38})" \
     "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..12})" "$(printf -- '-%.0s' {1..14})" \

@@ -77,10 +77,11 @@
 //!   create (ephemeral sequential) + delete under one path, the two fsynced writes of an
 //!   uncontended acquire+release: `floor_lock_ops_per_s` and `floor_lock4_ops_per_s`. Then the
 //!   floor of a *contended* lock, S seconds each with 4 and with 16 sessions queueing for one
-//!   lock on the raw client (create, list, watch the predecessor; on its deletion hold at once
-//!   when it led the queue in the waiter's listing, else list again; hold, delete): each
-//!   hand-over is one fsynced delete, the next holder's event and its listing when it must
-//!   list: `floor_contended_lock_ops_per_s` (4 clients) and `floor_contended_lock16_ops_per_s`.
+//!   lock on the raw client (create with a listing in the same round trip, watch the
+//!   predecessor; on its deletion hold at once when it led the queue in the waiter's listing,
+//!   else list again; hold, delete): each hand-over is one fsynced delete, the next holder's
+//!   event and its listing when it must list: `floor_contended_lock_ops_per_s` (4 clients) and
+//!   `floor_contended_lock16_ops_per_s`.
 //! - `many N`: one session; N latches on N fresh paths (siblings under one existing parent),
 //!   started at once. `many_start_ms` is the time until every latch has its node;
 //!   `rss_kb_per_latch` is the growth of this process's resident set (`VmRSS` of
@@ -745,8 +746,8 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
 }
 
 /// What the server allows a contended lock: `clients` sessions queue for one lock on the raw
-/// client, each looping create (ephemeral sequential), wait for its turn, delete. A waiter lists
-/// the queue and watches its predecessor; on the predecessor's deletion it holds at once if that
+/// client, each looping create (ephemeral sequential) with a listing in the same round trip,
+/// wait for its turn, delete. A waiter watches its predecessor; on the predecessor's deletion it holds at once if that
 /// node led the queue in its listing, and lists again otherwise. So each hand-over is the chain a
 /// mutex cannot go below: one fsynced delete, the next holder's event, and its listing when it
 /// must list. Holds per second over all clients, for `seconds` after the warm-up.
@@ -766,10 +767,18 @@ async fn contended_lock_floor(target: &ZooKeeper, clients: usize, seconds: u64) 
             let mut measured = 0u64;
             let mut relists = 0u64;
             loop {
-                let (_, sequence) = client.create(&prefix, b"floor", &ephemeral).await?;
+                // The first listing goes out right behind the create, in the same round trip
+                // (replies come in order, so it shows our node).
+                let create = client.create(&prefix, b"floor", &ephemeral);
+                let listing = client.list_children(&path);
+                let (_, sequence) = create.await?;
                 let me = format!("lock-{sequence}");
+                let mut first = Some(listing.await?);
                 loop {
-                    let mut queue = client.list_children(&path).await?;
+                    let mut queue = match first.take() {
+                        Some(queue) => queue,
+                        None => client.list_children(&path).await?,
+                    };
                     // One prefix and a fixed-width sequence: the names sort as the queue.
                     queue.sort_unstable();
                     let at = queue
