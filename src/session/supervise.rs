@@ -367,13 +367,13 @@ async fn serve(
                     }
                     _ => {}
                 }
-                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                match lapse_or_proof(live, lease, &mut lapsed, link) {
                     Some(signal) => signal,
                     None => continue,
                 }
             }
             _ = timer.sleep_until(deadline), if !lapsed => {
-                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                match lapse_or_proof(live, lease, &mut lapsed, link) {
                     Some(signal) => signal,
                     None => continue,
                 }
@@ -421,7 +421,7 @@ async fn serve(
                 if let Some((proven, on)) = answered.and_then(|at| proof.record(sent, at, conn, relay)) {
                     lease.advance(proven, on);
                 }
-                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                match lapse_or_proof(live, lease, &mut lapsed, link) {
                     Some(signal) => signal,
                     None => continue,
                 }
@@ -436,7 +436,7 @@ async fn serve(
                 if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
                     heartbeats.push(heartbeat(live));
                 }
-                match lapse_or_proof(shared, live, lease, &mut lapsed, link) {
+                match lapse_or_proof(live, lease, &mut lapsed, link) {
                     Some(signal) => signal,
                     None => continue,
                 }
@@ -452,7 +452,6 @@ async fn serve(
 /// Whether the lease just lapsed (`Disconnected`: the state becomes `Suspended`) or was just
 /// proven again on a connected client (`Connected`: `Reconnected`); `None` when neither.
 fn lapse_or_proof(
-    shared: &Shared,
     live: &Live,
     lease: &Lease,
     lapsed: &mut bool,
@@ -474,7 +473,6 @@ fn lapse_or_proof(
         (true, true) => {
             *lapsed = false;
             info!(session_id = %hex(live.session_id), "the lease is proven again");
-            let _ = shared;
             (link == Link::Connected).then_some(ClientSignal::Connected)
         }
         _ => None,
