@@ -336,8 +336,8 @@ impl Replica {
 
 /// An example's binary, as `cargo test` builds it beside this test (`target/<profile>/examples`).
 /// A test cannot build it itself (cargo holds the build directory while tests run): after
-/// `cargo test --test recipes -- examples::` alone it may be missing or older than its source, and then the
-/// test says so rather than run a stale binary.
+/// `cargo test --test recipes` alone it may be missing or older than its source, and then the test
+/// says so rather than run a stale binary.
 fn example(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("no current exe");
     // target/debug/deps/examples-HASH -> target/debug/examples/NAME
