@@ -167,14 +167,12 @@ pub(super) async fn run(connect: Option<String>, params: Params) -> Result<()> {
         timeout,
     } = params;
     raise_open_files(n)?;
-    let embedded = match connect {
-        Some(_) => None,
-        None => Some(embedded().await?),
-    };
-    let connect = match (&connect, &embedded) {
-        (Some(c), _) => c.clone(),
-        (None, Some(cluster)) => cluster.connect_string().to_owned(),
-        (None, None) => return Err("no ensemble".into()),
+    let (connect, embedded) = match connect {
+        Some(given) => (given, None),
+        None => {
+            let cluster = embedded().await?;
+            (cluster.connect_string().to_owned(), Some(cluster))
+        }
     };
     let (leader, followers) = roles(&hosts(&connect)).await?;
     eprintln!("bench: fleet N={n}: quorum leader {leader}, followers {followers:?}");
