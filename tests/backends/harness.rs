@@ -983,6 +983,20 @@ async fn every_peer_connection_goes_through_a_link_proxy() {
     let _turn = OWN_JVMS.lock().await;
     let cluster = partitionable_cluster().await;
     let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
+    // Two followers may settle before their own election link is up: a server that joins an
+    // elected ensemble learns the leader from the leader's reply while its dial to the other
+    // follower, or the larger id's dial back after a smaller id dialled it, is still in flight.
+    // The claim here is where links go, not when they form, so wait for every pair's link.
+    until(BOUND, "every pair of servers to hold an election link", || async {
+        (0..3).all(|i| {
+            ((i + 1)..3).all(|j| {
+                cluster.peer_connections(i, j).unwrap_or(0)
+                    + cluster.peer_connections(j, i).unwrap_or(0)
+                    >= 1
+            })
+        })
+    })
+    .await;
     for i in 0..3 {
         for j in (0..3).filter(|j| *j != i) {
             let (ij, ji) = (
