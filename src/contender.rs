@@ -42,7 +42,7 @@ use crate::acl::NodeAcl;
 use crate::error::{Backoff, Error, Result, is_transient};
 use crate::fencing::{FencingToken, Leadership, TermEnd};
 use crate::path::{self, Standing};
-use crate::session::{Live, Session, SessionStatus, StatusFeed, hex};
+use crate::session::{LeaseDemand, Live, Session, SessionStatus, StatusFeed, hex};
 use crate::state::{ConnectionState, ErrorPolicy};
 
 /// A participant in an election or a lock queue, as Curator's `Participant`.
@@ -166,9 +166,27 @@ struct Shared {
     /// Set when the node's deletion has to wait for the session's client to be connected
     /// again: `close()` returns then, and the deletion goes on in the background.
     deletion_deferred: tokio::sync::Notify,
+    /// Held while this contender may need the session's lease soon: next in line, claiming,
+    /// leading, or holding its node after its one term (the work's grace reads the lease).
+    lease_demand: Mutex<Option<LeaseDemand>>,
 }
 
 impl Shared {
+    /// Holds or lets go of this contender's need for the session's lease.
+    fn want_lease(&self, yes: bool) {
+        if let Ok(mut demand) = self.lease_demand.lock()
+            && demand.is_some() != yes
+        {
+            *demand = yes.then(|| self.session.demand_lease());
+        }
+    }
+
+    /// How long before its lease deadline a term ends: the configured grace, within the limit
+    /// the session timeout leaves.
+    fn stop_ahead(&self) -> Duration {
+        self.spec.stop_ahead.min(self.session.grace_limit())
+    }
+
     /// Reports `event` to the subscribers, if there are any.
     fn emit(&self, event: ContenderEvent) {
         if let Some(tx) = self.events_tx.get() {
@@ -213,6 +231,7 @@ impl Contender {
             notify_on_close: AtomicBool::new(notify_on_close),
             failure: std::sync::OnceLock::new(),
             deletion_deferred: tokio::sync::Notify::new(),
+            lease_demand: Mutex::new(None),
         });
         let span = info_span!(parent: None, "contender", recipe = shared.spec.recipe, path = %shared.spec.path, id = %shared.spec.id);
         let task = runtime.spawn(run(Arc::clone(&shared)).instrument(span));
@@ -388,6 +407,7 @@ async fn run(shared: Arc<Shared>) {
         shared.phase_tx.send_replace(Phase::Ended);
         shared.stop.cancelled().await;
     }
+    shared.want_lease(false);
     if let Exit::Failed(err) = &exit {
         error!(error = %err, session_id = %shared.session.session_id().map(hex).unwrap_or_default(),
             "this contender stops for good (fix the cause and start a new one)");
@@ -623,6 +643,29 @@ async fn lead_if_owned(
     {
         return Step::Again;
     }
+    // A term begins only on a lease proven with room for its grace. The next in line has kept
+    // it proven all along; a contender that came first from further back (the line moved
+    // without it listing) starts the heartbeats now, and the first `sync` proves the session's
+    // last ping: one round trip to the quorum leader.
+    shared.want_lease(true);
+    let lease = live.lease();
+    let ahead = shared.stop_ahead();
+    let now = lease.clock().now();
+    if lease.deadline() <= now + ahead {
+        debug!(node = %own.path, "first in line: waiting for the lease to be proven before the term begins");
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => return Step::Exit(Exit::Closed),
+            () = lease.until_proven_beyond(ahead) => {}
+            // Any change of the connection: look again from the top.
+            _ = feed.next(shared) => return Step::Again,
+            () = own_node_gone(watch) => {
+                warn!(node = %own.path, "our node was deleted by someone else (CURATOR-724)");
+                forget_node(shared, node, watch);
+                return Step::Again;
+            }
+        }
+    }
     let term = Leadership::new(
         FencingToken::from_raw(own.czxid),
         own.path.clone(),
@@ -695,7 +738,7 @@ async fn hold(
     let policy = shared.spec.policy;
     let lease = live.lease();
     let limit = shared.session.grace_limit();
-    let ahead = shared.spec.stop_ahead.min(limit);
+    let ahead = shared.stop_ahead();
     if shared.spec.stop_ahead > limit {
         warn!(node = %own.path, grace_ms = shared.spec.stop_ahead.as_millis() as u64, limit_ms = limit.as_millis() as u64,
             "the grace does not fit in the lease this session's timeout leaves: a term whose lease is not renewed ends only this long before its deadline, and its work is stopped by the deadline");
@@ -783,6 +826,9 @@ async fn wait_behind(
     // Leadership is already false here (it is set false whenever a term ends), before the watch
     // is set (CURATOR-652/653).
     shared.phase_tx.send_replace(Phase::Waiting { position });
+    // The next in line keeps the session's lease proven, so that it leads on the leader's
+    // deletion without first proving it; the rest of the line needs no lease.
+    shared.want_lease(position == 1);
     let predecessor_path = path::join(&shared.spec.path, predecessor);
     // Taken before any request below goes out: a change of the client's connection from here on
     // means the predecessor's event may be a replay, out of zxid order.

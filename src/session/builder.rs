@@ -253,6 +253,7 @@ impl SessionBuilder {
             supervisor: Mutex::new(None),
             refusal: Mutex::new(None),
             tick_warned: AtomicBool::new(false),
+            demand: Default::default(),
         });
         let task = runtime.spawn(supervise(Arc::clone(&shared)));
         if let Ok(mut slot) = shared.supervisor.lock() {

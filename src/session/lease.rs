@@ -19,13 +19,21 @@
 //!   lease is void, and only heartbeats sent after that look can prove it again;
 //! - **a lease that lapsed is not a lost session.** The deadline passing ends the terms won on the
 //!   session; the session itself lives on until the servers say it expired, and a later proof
-//!   makes the lease valid again.
+//!   makes the lease valid again;
+//! - **the lease is proven only while something needs it** ([`Demand`]): a held term, a
+//!   contender next in line or claiming, a caller of `Session::safe_until`, and for one session
+//!   timeout after the last of them. Otherwise the session sends no `sync`, and ZooKeeper's own
+//!   pings keep it alive at no cost to the quorum leader. Those pings are touches like any
+//!   heartbeat's ([`QuorumProof::touched`]), so the first `sync` after a quiet spell proves the
+//!   newest ping answered a relay allowance before it was sent: one round trip to the quorum
+//!   leader, not a relay allowance, before a term can begin.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::clock::{BootTime, Clock};
 
@@ -114,6 +122,23 @@ pub(crate) struct QuorumProof {
 const MAX_UNPROVEN: usize = 64;
 
 impl QuorumProof {
+    /// Records a touch that was answered but proves nothing by itself: a ZooKeeper ping, which a
+    /// follower answers on its own, cut off or not. Like every request it touched the session
+    /// on that server, which relays the touch to the quorum leader with its next ping reply, so
+    /// a later `sync`'s answer proves it as it proves an earlier heartbeat
+    /// ([`record`](Self::record)).
+    pub(crate) fn touched(&mut self, sent: BootTime, answered: BootTime, conn: u64) {
+        if self.answered.len() >= MAX_UNPROVEN {
+            self.answered.pop_front();
+        }
+        let at = self
+            .answered
+            .iter()
+            .position(|(s, _, _)| *s > sent)
+            .unwrap_or(self.answered.len());
+        self.answered.insert(at, (sent, answered, conn));
+    }
+
     /// Records that a heartbeat sent at `sent` (on connection `conn`) was answered at
     /// `answered`; returns the send time and connection of the newest earlier heartbeat that this
     /// answer proves reached the quorum leader.
@@ -255,7 +280,8 @@ impl Lease {
         self.lock().current
     }
 
-    /// A receiver that changes whenever the deadline moves earlier than the proofs would move it.
+    /// A receiver that changes whenever the deadline moves: a proof, or a move earlier than the
+    /// proofs alone would make (a lapse, a shorter timeout, a void lease, the loss).
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
@@ -304,6 +330,9 @@ impl Lease {
             state.acked = sent;
             state.void = false;
             state.conns.retain(|c| c.seq >= conn);
+            drop(state);
+            // A claim that waits for a proof looks again.
+            self.bump();
         }
     }
 
@@ -399,6 +428,23 @@ impl Lease {
         }
     }
 
+    /// Completes once the lease is valid and its deadline more than `ahead` away: what a term
+    /// needs to begin. Cancel safe.
+    pub(crate) async fn until_proven_beyond(&self, ahead: Duration) {
+        let mut changes = self.subscribe();
+        let mut jumps = self.clock.jumps();
+        loop {
+            let now = self.clock.now();
+            if self.deadline_at(now) > now + ahead {
+                return;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                () = Clock::jumped(&mut jumps) => {}
+            }
+        }
+    }
+
     /// The session ended: the deadline is now at the latest.
     pub(crate) fn mark_lost(&self) {
         let now = self.clock.now();
@@ -409,6 +455,75 @@ impl Lease {
     /// Whether the session this lease belongs to has ended.
     pub(crate) fn is_lost(&self) -> bool {
         self.lock().lost_at.is_some()
+    }
+}
+
+/// Who needs a session's lease proven now. The session heartbeats through the quorum leader
+/// only while a [`LeaseDemand`] is held or a caller asked for the deadline
+/// ([`pulse`](Self::pulse)), and for a linger of one session timeout after the last of them: a
+/// mutex taken again and again, a leader that rejoins the line, keep their lease proven between
+/// terms. It belongs to the `Session`, not to one ZooKeeper session: a holder keeps its demand
+/// across a new session.
+#[derive(Debug, Default)]
+pub(crate) struct Demand {
+    held: AtomicUsize,
+    /// When the last demand ended, or a caller last asked for the deadline.
+    last: Mutex<Option<tokio::time::Instant>>,
+    /// Woken when a demand begins or a caller asks for the deadline.
+    wake: Notify,
+}
+
+impl Demand {
+    /// A demand, held until the guard drops.
+    pub(crate) fn hold(self: &Arc<Self>) -> LeaseDemand {
+        if self.held.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.wake.notify_one();
+        }
+        LeaseDemand(Arc::clone(self))
+    }
+
+    fn touch_last(&self) {
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tokio::time::Instant::now());
+    }
+
+    /// Someone read the deadline: keep it proven for a linger from now.
+    pub(crate) fn pulse(&self) {
+        self.touch_last();
+        if self.held.load(Ordering::Acquire) == 0 {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether the lease is needed now: a demand is held, or the last one ended (or the last
+    /// pulse came) less than `linger` ago.
+    pub(crate) fn wanted(&self, linger: Duration) -> bool {
+        self.held.load(Ordering::Acquire) > 0
+            || self
+                .last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some_and(|at| at.elapsed() < linger)
+    }
+
+    /// Completes when a demand begins or a caller asks for the deadline (one that came while
+    /// nobody waited is kept for the next wait). Cancel safe.
+    pub(crate) async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+/// A held need for the session's lease ([`Demand`]); the need ends, after the linger, when it
+/// drops.
+#[derive(Debug)]
+pub(crate) struct LeaseDemand(Arc<Demand>);
+
+impl Drop for LeaseDemand {
+    fn drop(&mut self) {
+        self.0.touch_last();
+        self.0.held.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -545,6 +660,47 @@ mod tests {
         // Forgotten heartbeats prove nothing.
         proof.forget_until(t(2000));
         assert_eq!(proof.record(t(5000), t(5001), 0, relay), None);
+    }
+
+    #[test]
+    fn a_ping_proves_nothing_by_itself_and_a_later_sync_proves_it_like_a_heartbeat() {
+        let t = |n: u64| BootTime::from_nanos(1_000_000_000 + n * 1_000_000);
+        let relay = ms(750);
+        let mut proof = QuorumProof::default();
+        // Pings every 300 ms while nothing needs the lease: a cut-off follower answers them too.
+        proof.touched(t(0), t(2), 0);
+        proof.touched(t(300), t(302), 0);
+        proof.touched(t(600), t(602), 0);
+        // The first sync after the quiet spell proves the newest ping answered a relay
+        // allowance before the sync was sent, and no later one.
+        assert_eq!(proof.record(t(1000), t(1004), 0, relay), Some((t(0), 0)));
+        assert_eq!(proof.record(t(1060), t(1064), 0, relay), Some((t(300), 0)));
+        // A ping reported late (after a sync's answer) still sorts by its send time.
+        proof.touched(t(1100), t(1102), 0);
+        proof.touched(t(900), t(905), 0);
+        assert_eq!(proof.record(t(1700), t(1704), 0, relay), Some((t(900), 0)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_lease_is_wanted_while_a_demand_is_held_and_for_a_linger_after() {
+        let demand = Arc::new(Demand::default());
+        let linger = Duration::from_secs(10);
+        assert!(!demand.wanted(linger), "nothing asked for the lease yet");
+        let held = demand.hold();
+        // The beginning of a demand wakes the session's task, even one not waiting yet.
+        tokio::time::timeout(ms(10), demand.woken())
+            .await
+            .expect("a demand that begins wakes the session");
+        assert!(demand.wanted(linger));
+        drop(held);
+        assert!(demand.wanted(linger), "a linger after the last demand");
+        tokio::time::advance(linger + ms(1)).await;
+        assert!(!demand.wanted(linger));
+        demand.pulse();
+        tokio::time::timeout(ms(10), demand.woken())
+            .await
+            .expect("a read of the deadline wakes the session");
+        assert!(demand.wanted(linger));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub(crate) use builder::{
     DEFAULT_CONNECTION_TIMEOUT, DEFAULT_JUTE_MAX_BUFFER, DEFAULT_SESSION_TIMEOUT,
 };
 pub(crate) use feed::{Change, StatusFeed, classify, flag_set, log_state, until_done};
-pub(crate) use lease::Lease;
+pub(crate) use lease::{Lease, LeaseDemand};
 use lease::{assumed_tick, grace_limit};
 
 use crate::clock::{BootTime, Clock};
@@ -163,6 +163,8 @@ struct Shared {
     refusal: Mutex<Option<Error>>,
     /// Whether the warning that the servers' tick is assumed was given.
     tick_warned: AtomicBool,
+    /// Who needs the lease proven (heartbeats go out only then).
+    demand: Arc<lease::Demand>,
 }
 
 /// The client of one ZooKeeper session, with the clock that proves it alive.
@@ -306,10 +308,18 @@ impl Session {
     /// which counts a host's suspend. Now or earlier while no session exists, after `Lost`,
     /// and while the lease has lapsed.
     ///
+    /// The session proves its lease only while something needs it: a term held on it, a
+    /// contender next in line, and a caller of this method, each for one session timeout after
+    /// the last need. A session that nothing needed lets its lease run down (its pings keep it
+    /// alive and cost the quorum leader nothing); the first call then starts the heartbeats, and
+    /// the deadline is proven again within a round trip to the quorum leader: until then it may
+    /// be in the past.
+    ///
     /// A leader that was frozen, suspended or partitioned past this instant must stop acting as
     /// soon as it runs again, before any network round trip: compare with
     /// [`Clock::now`](crate::clock::Clock::now) of [`clock`](Self::clock).
     pub fn safe_until(&self) -> BootTime {
+        self.shared.demand.pulse();
         match self.live() {
             Ok(live) => live.safe_until(),
             Err(_) => self.clock().now(),
@@ -372,6 +382,12 @@ impl Session {
             shared: Arc::downgrade(&self.shared),
             closer: Arc::downgrade(&self._closer),
         }
+    }
+
+    /// A need for the lease: the session proves it while this is held, and for one session
+    /// timeout after.
+    pub(crate) fn demand_lease(&self) -> LeaseDemand {
+        self.shared.demand.hold()
     }
 
     /// The live client of session `epoch`, if that session is still the current one.

@@ -12,8 +12,10 @@
 //! negotiation is reported before the response reaches the client, so the lease knows the new
 //! timeout before the client can act on the connection; a request that was sent and never
 //! answered is reported too (the server may have touched the session with a timeout we will not
-//! learn). After those two frames the relay only copies bytes, in order, both ways; a side that
-//! closes closes the other.
+//! learn). After those two frames the relay copies bytes, in order, both ways (a side that
+//! closes closes the other), and reads only the head of each frame as it passes: a ping's
+//! request and its answer are reported ([`RelayEvent::Pinged`]), for the lease to count as a
+//! touch of the session (see `lease`).
 //!
 //! The cost: one loopback hop per request and per reply (a few tens of microseconds), and two
 //! sockets and a task per connection. It also tells which server a connection went to.
@@ -29,12 +31,14 @@ use tracing::debug;
 
 use crate::clock::{BootTime, Clock};
 
-/// What the relay saw of one connection's opening.
+/// What the relay saw of one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RelayEvent {
     /// The server answered a `ConnectRequest` for `session_id` (0 for a new session) with
     /// `timeout` (and the session's id: `answered_session`).
     Negotiated {
+        /// The relay's number for the connection.
+        relay_conn: u64,
         server: String,
         /// The session the request asked for (0: a new one).
         requested_session: i64,
@@ -53,6 +57,59 @@ pub(crate) enum RelayEvent {
         session_id: i64,
         sent: BootTime,
     },
+    /// The client's ping on connection `relay_conn` went to the server at `sent` and its answer
+    /// was read at `answered`.
+    Pinged {
+        relay_conn: u64,
+        sent: BootTime,
+        answered: BootTime,
+    },
+}
+
+/// The xid of a ping and of its answer.
+const PING_XID: i32 = -2;
+
+/// Reads the head of each frame of a ZooKeeper stream (a 4-byte length, then a body that opens
+/// with the 4-byte xid), across reads of any size.
+#[derive(Debug, Default)]
+struct FrameScan {
+    /// Bytes of the current frame still to pass after its head.
+    rest: usize,
+    head: [u8; 8],
+    have: usize,
+    /// Set once the stream held something that is not a frame: scanning stops.
+    lost: bool,
+}
+
+impl FrameScan {
+    /// Reads `bytes`, calling `on_xid` with the xid of each frame whose head completes in them.
+    fn feed(&mut self, mut bytes: &[u8], mut on_xid: impl FnMut(i32)) {
+        while !bytes.is_empty() && !self.lost {
+            if self.rest > 0 {
+                let n = self.rest.min(bytes.len());
+                self.rest -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (self.head.len() - self.have).min(bytes.len());
+            self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have == self.head.len() {
+                let h = self.head;
+                let len = i32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+                let xid = i32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+                match usize::try_from(len) {
+                    Ok(len) if len >= 4 => {
+                        on_xid(xid);
+                        self.rest = len - 4;
+                        self.have = 0;
+                    }
+                    _ => self.lost = true,
+                }
+            }
+        }
+    }
 }
 
 /// The relay of one session: one listener per server, in the order of the connect string.
@@ -75,6 +132,7 @@ impl Relay {
         events: mpsc::UnboundedSender<RelayEvent>,
     ) -> io::Result<Relay> {
         let stop = CancellationToken::new();
+        let conns = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let mut local = Vec::new();
         for host in hosts.split(',') {
             let host = host.trim().trim_start_matches("tcp://").to_owned();
@@ -83,6 +141,7 @@ impl Relay {
             let stop = stop.clone();
             let clock = clock.clone();
             let events = events.clone();
+            let conns = std::sync::Arc::clone(&conns);
             tokio::spawn(async move {
                 loop {
                     let accepted = tokio::select! {
@@ -95,10 +154,11 @@ impl Relay {
                             let clock = clock.clone();
                             let events = events.clone();
                             let stop = stop.clone();
+                            let conn = conns.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             tokio::spawn(async move {
                                 tokio::select! {
                                     _ = stop.cancelled() => {}
-                                    () = relay(client, &host, &clock, &events) => {}
+                                    () = relay(client, &host, conn, &clock, &events) => {}
                                 }
                             });
                         }
@@ -170,6 +230,7 @@ pub(crate) fn parse_connect_response(body: &[u8]) -> Option<(Duration, i64)> {
 async fn relay(
     mut client: TcpStream,
     host: &str,
+    conn: u64,
     clock: &Clock,
     events: &mpsc::UnboundedSender<RelayEvent>,
 ) {
@@ -250,6 +311,7 @@ async fn relay(
                                 (sent, parse_connect_response(body))
                             {
                                 let _ = events.send(RelayEvent::Negotiated {
+                                    relay_conn: conn,
                                     server: host.to_owned(),
                                     requested_session: requested,
                                     answered_session,
@@ -278,9 +340,73 @@ async fn relay(
     {
         return;
     }
+    if passthrough {
+        tokio::select! {
+            _ = tokio::io::copy(&mut client_rx, &mut server_tx) => {}
+            _ = tokio::io::copy(&mut server_rx, &mut client_tx) => {}
+        }
+        return;
+    }
+    // From here on, each ping's request and answer, by the head of the frames as they pass. The
+    // handshake's frames (and what came with them) are read first so that the scans start on a
+    // frame's head.
+    let pings = std::sync::Mutex::new(std::collections::VecDeque::<BootTime>::new());
+    let note_ping = |xid: i32, now: BootTime| {
+        if xid == PING_XID
+            && let Ok(mut pings) = pings.lock()
+            && pings.len() < 64
+        {
+            pings.push_back(now);
+        }
+    };
+    let answer_ping = |xid: i32, now: BootTime| {
+        if xid != PING_XID {
+            return;
+        }
+        let sent = pings.lock().ok().and_then(|mut p| p.pop_front());
+        if let Some(sent) = sent {
+            let _ = events.send(RelayEvent::Pinged {
+                relay_conn: conn,
+                sent,
+                answered: now,
+            });
+        }
+    };
+    let mut up = FrameScan::default();
+    let mut down = FrameScan::default();
+    let now = clock.now();
+    up.feed(&request.bytes, |xid| note_ping(xid, now));
+    down.feed(&response.bytes, |xid| answer_ping(xid, now));
+    let upstream = async {
+        loop {
+            let n = match client_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            // Noted before it goes: the server touches the session after this instant.
+            let now = clock.now();
+            up.feed(&buf[..n], |xid| note_ping(xid, now));
+            if server_tx.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let downstream = async {
+        loop {
+            let n = match server_rx.read(&mut sbuf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let now = clock.now();
+            down.feed(&sbuf[..n], |xid| answer_ping(xid, now));
+            if client_tx.write_all(&sbuf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
     tokio::select! {
-        _ = tokio::io::copy(&mut client_rx, &mut server_tx) => {}
-        _ = tokio::io::copy(&mut server_rx, &mut client_tx) => {}
+        () = upstream => {}
+        () = downstream => {}
     }
 }
 
@@ -308,6 +434,33 @@ mod tests {
         let mut f = (body.len() as i32).to_be_bytes().to_vec();
         f.extend_from_slice(body);
         f
+    }
+
+    #[test]
+    fn the_scan_finds_each_frames_xid_across_reads_of_any_size_and_stops_at_what_is_no_frame() {
+        let mut ping = (-2i32).to_be_bytes().to_vec();
+        ping.extend_from_slice(&11i32.to_be_bytes());
+        let mut sync = 7i32.to_be_bytes().to_vec();
+        sync.extend_from_slice(&9i32.to_be_bytes());
+        sync.extend_from_slice(&1i32.to_be_bytes());
+        sync.push(b'/');
+        let stream = [frame(&ping), frame(&sync), frame(&ping)].concat();
+        for chunk in 1..=stream.len() {
+            let mut scan = FrameScan::default();
+            let mut xids = Vec::new();
+            for part in stream.chunks(chunk) {
+                scan.feed(part, |x| xids.push(x));
+            }
+            assert_eq!(xids, [-2, 7, -2], "in reads of {chunk} bytes");
+        }
+        let mut scan = FrameScan::default();
+        let mut xids = Vec::new();
+        scan.feed(&[0, 0, 0, 2, 1, 2, 0, 0], |x| xids.push(x));
+        scan.feed(&frame(&ping), |x| xids.push(x));
+        assert!(
+            xids.is_empty(),
+            "a frame too short for an xid ends the scan: {xids:?}"
+        );
     }
 
     #[test]

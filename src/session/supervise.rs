@@ -166,8 +166,9 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
             *current = Some(live.clone());
         }
         let read_only = client.state() == SessionState::ConnectedReadOnly;
-        // A resumed session whose lease has lapsed stays suspended until a heartbeat proves it.
-        if new_session || read_only || lease.is_valid() {
+        // A resumed session whose lease has lapsed stays suspended until a heartbeat proves it,
+        // if something needs the lease.
+        if new_session || read_only || lease.is_valid() || !shared.demand.wanted(timeout) {
             let signal = if read_only {
                 ClientSignal::ConnectedReadOnly
             } else {
@@ -322,24 +323,63 @@ async fn serve(
     let mut proof = QuorumProof::default();
     // What each server negotiated with this session last, for an attempt it never answered.
     let mut by_server: std::collections::HashMap<String, Duration> = Default::default();
+    // The lease's number for each of the relay's connections of this session.
+    let mut conns: std::collections::HashMap<u64, u64> = Default::default();
+    // Whether something needs the lease (see `lease::Demand`); heartbeats go out only then.
+    let demand = &shared.demand;
+    let linger = timeout;
+    let mut wanted = demand.wanted(linger);
+    // A lease that nobody needs is not judged: only a needed one has lapsed.
+    lapsed &= wanted;
+    // Set when a demand began on a lease that had run down unneeded: not a lapse, and nothing
+    // to report; the first proof ends it.
+    let mut unproven = false;
     let mut timer = BootTimer::new(clock.clone());
     let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
     tokio::pin!(next_beat);
     let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
+    if wanted {
+        heartbeats.push(heartbeat(live));
+    }
     loop {
         let deadline = lease.deadline();
+        let judged = wanted && !unproven;
         let signal = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return EndOfSession::Closed,
+            () = demand.woken(), if !wanted => {
+                if !demand.wanted(linger) {
+                    // A wake-up stored while the lease was needed anyway.
+                    continue;
+                }
+                // A term, a claim or a reader needs the lease again: prove it now, then on
+                // every heartbeat interval.
+                wanted = true;
+                unproven = !lease.is_valid();
+                debug!(session_id = %hex(live.session_id), unproven, "the lease is needed: heartbeats resume");
+                if link == Link::Connected && heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
+                    heartbeats.push(heartbeat(live));
+                }
+                next_beat.as_mut().reset(tokio::time::Instant::now() + heartbeat_interval(lease.timeout()));
+                continue;
+            }
             // Before the client's own state: the relay reports a reconnect's negotiation before
             // the client can read it.
             Some(event) = relay_events.recv() => {
                 match event {
-                    RelayEvent::Negotiated { server, requested_session, answered_session, timeout: negotiated, sent, answered }
+                    RelayEvent::Negotiated { relay_conn, requested_session: 0, answered_session, .. }
+                        if answered_session == live.session_id =>
+                    {
+                        // The connection that created the session: the lease's first.
+                        conns.insert(relay_conn, 0);
+                        continue;
+                    }
+                    RelayEvent::Negotiated { relay_conn, server, requested_session, answered_session, timeout: negotiated, sent, answered }
                         if requested_session == live.session_id && answered_session == live.session_id =>
                     {
                         let before = lease.timeout();
                         let conn = lease.connected(negotiated);
+                        conns.insert(relay_conn, conn);
                         by_server.insert(server.clone(), negotiated);
                         if negotiated < before {
                             warn!(session_id = %hex(live.session_id), server, from_ms = before.as_millis() as u64,
@@ -359,6 +399,13 @@ async fn serve(
                     {
                         expired_answer = true;
                     }
+                    RelayEvent::Pinged { relay_conn, sent, answered } => {
+                        // A touch: proven by a later heartbeat, if one is sent.
+                        if let Some(conn) = conns.get(&relay_conn) {
+                            proof.touched(sent, answered, *conn);
+                        }
+                        continue;
+                    }
                     RelayEvent::Unanswered { server, session_id, sent } if session_id == live.session_id => {
                         let timeout = by_server.get(&server).copied().unwrap_or(lease.timeout());
                         debug!(session_id = %hex(session_id), server, sent = %sent, timeout_ms = timeout.as_millis() as u64,
@@ -367,13 +414,13 @@ async fn serve(
                     }
                     _ => {}
                 }
-                match lapse_or_proof(live, lease, &mut lapsed, link) {
+                match lapse_or_proof(live, lease, &mut lapsed, link, judged) {
                     Some(signal) => signal,
                     None => continue,
                 }
             }
-            _ = timer.sleep_until(deadline), if !lapsed => {
-                match lapse_or_proof(live, lease, &mut lapsed, link) {
+            _ = timer.sleep_until(deadline), if !lapsed && judged => {
+                match lapse_or_proof(live, lease, &mut lapsed, link, judged) {
                     Some(signal) => signal,
                     None => continue,
                 }
@@ -391,8 +438,10 @@ async fn serve(
                     }
                     SessionState::SyncConnected => {
                         link = Link::Connected;
-                        heartbeats.push(heartbeat(live));
-                        if lease.is_valid() {
+                        if wanted {
+                            heartbeats.push(heartbeat(live));
+                        }
+                        if lease.is_valid() || !judged {
                             lapsed = false;
                             ClientSignal::Connected
                         } else {
@@ -421,7 +470,11 @@ async fn serve(
                 if let Some((proven, on)) = answered.and_then(|at| proof.record(sent, at, conn, relay)) {
                     lease.advance(proven, on);
                 }
-                match lapse_or_proof(live, lease, &mut lapsed, link) {
+                if unproven && lease.is_valid() {
+                    unproven = false;
+                    debug!(session_id = %hex(live.session_id), "the lease is proven again after a quiet spell");
+                }
+                match lapse_or_proof(live, lease, &mut lapsed, link, wanted && !unproven) {
                     Some(signal) => signal,
                     None => continue,
                 }
@@ -433,10 +486,13 @@ async fn serve(
                         "the wall clock ran ahead of boot time: a pause that boot time did not see (a hypervisor that restored the guest's clock); the lease is void until a later heartbeat proves it");
                     proof.forget_until(clock.now());
                 }
-                if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
+                wanted = demand.wanted(linger);
+                if !wanted {
+                    unproven = false;
+                } else if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
                     heartbeats.push(heartbeat(live));
                 }
-                match lapse_or_proof(live, lease, &mut lapsed, link) {
+                match lapse_or_proof(live, lease, &mut lapsed, link, wanted && !unproven) {
                     Some(signal) => signal,
                     None => continue,
                 }
@@ -451,15 +507,24 @@ async fn serve(
 
 /// Whether the lease just lapsed (`Disconnected`: the state becomes `Suspended`) or was just
 /// proven again on a connected client (`Connected`: `Reconnected`); `None` when neither.
+/// `judged` is whether a lapse counts now: the lease is needed and was proven since the need
+/// began. A lease nobody needs runs down unseen, and one that lapsed while needed is over once
+/// nothing needs it any more (a term that needs it again waits for a proof).
 fn lapse_or_proof(
     live: &Live,
     lease: &Lease,
     lapsed: &mut bool,
     link: Link,
+    judged: bool,
 ) -> Option<ClientSignal> {
     let valid = lease.is_valid();
     match (*lapsed, valid) {
-        (false, false) => {
+        (true, false) if !judged => {
+            *lapsed = false;
+            info!(session_id = %hex(live.session_id), "nothing needs the lapsed lease any more");
+            (link == Link::Connected).then_some(ClientSignal::Connected)
+        }
+        (false, false) if judged => {
             *lapsed = true;
             warn!(session_id = %hex(live.session_id),
                 unproven_ms = lease.clock().now().saturating_duration_since(lease.acked()).as_millis() as u64,

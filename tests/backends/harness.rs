@@ -987,15 +987,19 @@ async fn every_peer_connection_goes_through_a_link_proxy() {
     // elected ensemble learns the leader from the leader's reply while its dial to the other
     // follower, or the larger id's dial back after a smaller id dialled it, is still in flight.
     // The claim here is where links go, not when they form, so wait for every pair's link.
-    until(BOUND, "every pair of servers to hold an election link", || async {
-        (0..3).all(|i| {
-            ((i + 1)..3).all(|j| {
-                cluster.peer_connections(i, j).unwrap_or(0)
-                    + cluster.peer_connections(j, i).unwrap_or(0)
-                    >= 1
+    until(
+        BOUND,
+        "every pair of servers to hold an election link",
+        || async {
+            (0..3).all(|i| {
+                ((i + 1)..3).all(|j| {
+                    cluster.peer_connections(i, j).unwrap_or(0)
+                        + cluster.peer_connections(j, i).unwrap_or(0)
+                        >= 1
+                })
             })
-        })
-    })
+        },
+    )
     .await;
     for i in 0..3 {
         for j in (0..3).filter(|j| *j != i) {

@@ -852,3 +852,73 @@ async fn a_refused_connection_says_connection_refused_and_is_retried() {
     assert_eq!(s.state(), None, "no session can have been established");
     s.close().await.unwrap();
 }
+
+/// The last operation the server saw on each connection, by session id, from `cons`.
+async fn last_ops(server: &testing::TestingServer) -> std::collections::HashMap<i64, String> {
+    let cons = server.four_letter_word("cons").await.unwrap();
+    cons.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split([',', '(', ')'])
+                    .find_map(|f| f.trim().strip_prefix(name).map(str::to_owned))
+            };
+            let sid = i64::from_str_radix(field("sid=0x")?.as_str(), 16).ok()?;
+            Some((sid, field("lop=")?))
+        })
+        .collect()
+}
+
+/// The lease only where a term may need it (issue 26): a session whose only candidate waits
+/// further back than next in line sends no `sync` (ZooKeeper's own pings keep it alive, as a
+/// Curator client's do, and cost the quorum leader nothing); the leader's session and the next
+/// in line prove theirs all along. When the two ahead leave, the one from the back still leads
+/// on a proven lease. Faults: none (the steady state, then a double handover).
+#[tokio::test]
+async fn only_the_leader_and_the_next_in_line_prove_their_lease_and_the_rest_only_ping() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let timeout = Duration::from_secs(2);
+    let path = testing::unique_path("lease-where-needed");
+    let ss = common::sessions(server.connect_string(), 3, timeout).await;
+    let leader = common::latch(&ss[0], &path, "leader").await;
+    within(BOUND, "the first leader", leader.await_leadership())
+        .await
+        .unwrap();
+    let next = common::latch(&ss[1], &path, "next").await;
+    let back = common::latch(&ss[2], &path, "back").await;
+    let ids: Vec<i64> = ss.iter().map(|s| s.session_id().unwrap()).collect();
+    // Over a whole session timeout: eight heartbeats of a session that proves its lease.
+    let mut synced = [false; 3];
+    let window = Instant::now();
+    while window.elapsed() < timeout {
+        let ops = last_ops(server).await;
+        for (i, id) in ids.iter().enumerate() {
+            synced[i] |= ops.get(id).is_some_and(|op| op == "SYNC");
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert!(synced[0], "the leader's session must prove its lease");
+    assert!(synced[1], "the next in line must keep its lease proven");
+    assert!(
+        !synced[2],
+        "a session whose candidate waits behind the next in line sent a sync"
+    );
+    leader.close().await.unwrap();
+    next.close().await.unwrap();
+    let term = within(
+        BOUND,
+        "the candidate from the back to lead",
+        back.await_leadership(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        term.is_valid(),
+        "a term must begin on a proven lease: {:?}",
+        term.end_reason()
+    );
+    assert!(ss[2].safe_until() > ss[2].clock().now());
+    back.close().await.unwrap();
+}
