@@ -12,7 +12,7 @@ use std::fmt;
 /// |--------------------------------------------------------|-----------------|
 /// | first session established                              | `Connected`     |
 /// | connection dropped, session may be alive               | `Suspended`     |
-/// | connected, but the lease lapsed: nothing proves the quorum heard of the session within its timeout | `Suspended` |
+/// | connected, but the lease lapsed while a term (or the next in line) needed it: nothing proves the quorum heard of the session within its timeout | `Suspended` |
 /// | connection back (and the lease proven), same session   | `Reconnected`   |
 /// | new session established after `Lost`                    | `Reconnected`   |
 /// | server said expired, or the client gave up on the session | `Lost`        |

@@ -77,10 +77,13 @@ impl SessionStatus {
 /// - **A lease.** The client only declares a session expired once the server says so (or, by
 ///   itself, after about 7/5 of the timeout). The quorum leader may expire the session as soon as
 ///   it has not heard of us for the negotiated timeout, and a follower cut off from it keeps
-///   answering us meanwhile. So the session sends a `sync` every eighth of the timeout (a
-///   follower cannot answer one without its leader) and advances its lease to the *send time* of
-///   a heartbeat only once a later `sync` proves that the heartbeat's touch reached the leader
-///   (see "The deadline" in the latch's spec, and [`SessionBuilder::server_tick_time`]). The
+///   answering us meanwhile. So, while something needs the lease (a term, the next in line, a
+///   reader of [`Session::safe_until`]), the session sends a `sync` every eighth of the timeout
+///   (a follower cannot answer one without its leader) and advances its lease to the *send
+///   time* of a heartbeat, or of one of the client's pings, only once a later `sync` proves that
+///   its touch reached the leader (see "The deadline" and "Who proves the lease" in the latch's
+///   spec, and [`SessionBuilder::server_tick_time`]). A session that nothing needs a lease for
+///   sends no `sync`: its pings keep it alive, and cost the quorum leader nothing. The
 ///   session can prove itself alive until that instant plus the timeout (minus a small margin):
 ///   [`Session::safe_until`], on boot time, which counts a host's suspend
 ///   ([`crate::Clock`]). The timeout is the lowest any connection of the session negotiated: a
