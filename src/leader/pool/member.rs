@@ -8,9 +8,12 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
-use zookeeper_client::OneshotWatcher;
+use zookeeper_client::{CreateMode, OneshotWatcher};
 
-use super::{ASSIGNMENT, Assignment, Change, PoolEvent, Shared, classify, job_path, log_state};
+use super::{
+    ASSIGNMENT, Assignment, Change, JOBS, PoolEvent, Shared, classify, job_path, log_state,
+};
+use crate::acl::NodeAcl;
 use crate::error::{Backoff, Error};
 use crate::fencing::Leadership;
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
@@ -105,6 +108,14 @@ impl Stands {
                 });
             }
         }
+        let new: Vec<&str> = mine
+            .iter()
+            .copied()
+            .filter(|job| !self.latches.contains_key(*job))
+            .collect();
+        if !new.is_empty() && !shared.stop.is_cancelled() {
+            prepare_paths(shared, &new).await;
+        }
         for job in mine {
             if self.latches.contains_key(job) || shared.stop.is_cancelled() {
                 continue;
@@ -149,6 +160,58 @@ impl Stands {
         }
         while self.releasing.join_next().await.is_some() {}
         while self.forwarders.join_next().await.is_some() {}
+    }
+}
+
+/// How many job paths one `multi` creates at most (a create of a container under a short root
+/// is about 100 bytes: far inside `jute.maxbuffer`).
+const PATHS_PER_MULTI: usize = 200;
+
+/// Creates the paths of `jobs` that do not exist yet: one listing of the jobs' parent and one
+/// `multi` per 200 missing paths, instead of a latch's failed create and `mkdir` for each job (two
+/// requests per job at a pool's first start). Best effort: a path another replica creates
+/// meanwhile fails the `multi`, and each latch then creates its own path as it always can.
+async fn prepare_paths(shared: &Shared, jobs: &[&str]) {
+    let Ok(live) = shared.session.live() else {
+        return;
+    };
+    let parent = path::join(&shared.root, JOBS);
+    let acl = NodeAcl::default();
+    let container = CreateMode::Container.with_acls(acl.as_acls());
+    let existing: BTreeSet<String> = match live.client.list_children(&parent).await {
+        Ok(children) => children.into_iter().collect(),
+        Err(zookeeper_client::Error::NoNode) => {
+            if let Err(e) = live.client.mkdir(&parent, &container).await
+                && e != zookeeper_client::Error::NodeExists
+            {
+                debug!(parent, error = %e, "could not create the jobs' parent; each latch creates its own path");
+                return;
+            }
+            BTreeSet::new()
+        }
+        Err(e) => {
+            debug!(parent, error = %e, "could not list the jobs' paths; each latch creates its own");
+            return;
+        }
+    };
+    let missing: Vec<&str> = jobs
+        .iter()
+        .copied()
+        .filter(|job| !existing.contains(*job))
+        .collect();
+    for chunk in missing.chunks(PATHS_PER_MULTI) {
+        let mut multi = live.client.new_multi_writer();
+        for job in chunk {
+            if multi
+                .add_create(&job_path(&shared.root, job), &[], &container)
+                .is_err()
+            {
+                return;
+            }
+        }
+        if let Err(e) = multi.commit().await {
+            debug!(parent, error = ?e, "could not create the jobs' paths in one write; each latch creates its own");
+        }
     }
 }
 
