@@ -377,36 +377,34 @@ async fn relay(
     let now = clock.now();
     up.feed(&request.bytes, |xid| note_ping(xid, now));
     down.feed(&response.bytes, |xid| answer_ping(xid, now));
-    let upstream = async {
-        loop {
-            let n = match client_rx.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            // Noted before it goes: the server touches the session after this instant.
-            let now = clock.now();
-            up.feed(&buf[..n], |xid| note_ping(xid, now));
-            if server_tx.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    };
-    let downstream = async {
-        loop {
-            let n = match server_rx.read(&mut sbuf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            let now = clock.now();
-            down.feed(&sbuf[..n], |xid| answer_ping(xid, now));
-            if client_tx.write_all(&sbuf[..n]).await.is_err() {
-                return;
-            }
-        }
-    };
+    // Each side's reads are stamped before they go on: the server touches the session after the
+    // request's stamp, and the answer's stamp is no earlier than its arrival.
     tokio::select! {
-        () = upstream => {}
-        () = downstream => {}
+        () = pump(&mut client_rx, &mut server_tx, &mut buf, &mut up, clock, note_ping) => {}
+        () = pump(&mut server_rx, &mut client_tx, &mut sbuf, &mut down, clock, answer_ping) => {}
+    }
+}
+
+/// Copies `from` to `to` until either side ends, reading the head of each frame as it passes
+/// and calling `on_xid` with its xid and the time the bytes were read.
+async fn pump(
+    from: &mut (impl AsyncReadExt + Unpin),
+    to: &mut (impl AsyncWriteExt + Unpin),
+    buf: &mut [u8],
+    scan: &mut FrameScan,
+    clock: &Clock,
+    on_xid: impl Fn(i32, BootTime),
+) {
+    loop {
+        let n = match from.read(buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let now = clock.now();
+        scan.feed(&buf[..n], |xid| on_xid(xid, now));
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 
