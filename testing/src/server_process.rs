@@ -558,6 +558,7 @@ impl ServerNode {
 
     /// Starts the JVM (the caller holds `lifecycle` or owns the node exclusively).
     pub(crate) fn spawn(&self) -> Result<()> {
+        drop_torn_logs(&self.data_dir.join("version-2"));
         let process = JvmProcess::spawn(
             &self.install,
             &self.jvm_flags,
@@ -733,9 +734,43 @@ impl ServerNode {
     }
 }
 
+/// The size of a transaction log's file header (magic, version, database id).
+const TXN_LOG_HEADER: u64 = 16;
+
+/// Deletes the transaction logs in `dir` too short to hold their header: a server killed while
+/// it opened a new log leaves one, and ZooKeeper 3.8.0 then refuses to start (`EOFException` in
+/// `FileHeader.deserialize`, ZOOKEEPER-1621). Such a file holds no transaction, so deleting it
+/// loses nothing; it is what an operator does by hand.
+fn drop_torn_logs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let torn = entry.file_name().to_string_lossy().starts_with("log.")
+            && entry.metadata().is_ok_and(|m| m.len() < TXN_LOG_HEADER);
+        if torn && std::fs::remove_file(entry.path()).is_ok() {
+            tracing::info!(file = %entry.path().display(), "deleted a transaction log without its header (a server killed as it opened it; ZOOKEEPER-1621)");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_transaction_logs_shorter_than_their_header_are_deleted() {
+        let dir = std::env::temp_dir().join(format!("zkr-torn-logs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("log.8"), [0u8; 5]).unwrap();
+        std::fs::write(dir.join("log.1"), [0u8; 64]).unwrap();
+        std::fs::write(dir.join("snapshot.7"), [0u8; 5]).unwrap();
+        drop_torn_logs(&dir);
+        assert!(!dir.join("log.8").exists(), "a torn log is deleted");
+        assert!(dir.join("log.1").exists(), "a log with its header stays");
+        assert!(dir.join("snapshot.7").exists(), "snapshots are not logs");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn mode_is_parsed_from_srvr() {
