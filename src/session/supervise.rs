@@ -75,6 +75,8 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
     let mut state: Option<ConnectionState> = None;
     let mut backoff = Backoff::new(MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout));
     let mut resume: Option<Resume> = None;
+    // One server said the session expired, and it is not believed yet (see `doubt`).
+    let mut doubted = false;
     loop {
         let started = clock.now();
         let connected = tokio::select! {
@@ -89,7 +91,20 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
         let client = match connected {
             Ok(client) => client,
             Err(Error::SessionExpired) if resume.is_some() => {
-                // The servers say the session the client gave up on is gone: now it is lost.
+                if !doubted {
+                    doubted = true;
+                    let timeout = resume
+                        .as_ref()
+                        .map_or(shared.config.session_timeout, |r| r.timeout);
+                    doubt(
+                        &shared,
+                        assumed_tick(shared.config.server_tick_time, timeout),
+                    )
+                    .await;
+                    continue;
+                }
+                // Two answers, a server tick apart, say the session is gone: now it is lost.
+                doubted = false;
                 if let Some(r) = resume.take() {
                     lose(
                         &shared,
@@ -124,6 +139,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
             }
         };
         backoff.succeed();
+        doubted = false;
         epoch += 1;
         let session_id = client.session_id().0;
         let resumed = resume.take();
@@ -213,7 +229,30 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 });
                 drop(client);
             }
+            EndOfSession::Expired if !doubted => {
+                // Ask again before believing it (see `doubt`): resume the session with a new
+                // client, as if the client had given up on it.
+                doubted = true;
+                if next_state(state, ClientSignal::Disconnected, false).is_some() {
+                    state = Some(ConnectionState::Suspended);
+                    publish(
+                        &shared,
+                        ConnectionState::Suspended,
+                        Some(session_id),
+                        epoch,
+                        false,
+                    );
+                }
+                resume = Some(Resume {
+                    info: client.session().clone(),
+                    lease,
+                    timeout,
+                });
+                drop(client);
+                doubt(&shared, tick).await;
+            }
             EndOfSession::Expired => {
+                doubted = false;
                 lose(
                     &shared,
                     &mut state,
@@ -241,6 +280,27 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
         }
     }
     publish_closed(&shared, state, epoch);
+}
+
+/// A server said the session expired: wait one server tick, then ask again.
+///
+/// A quorum leader that was paused (a long GC, a frozen VM) longer than `syncLimit` has been
+/// replaced, but until its first tick after it resumes it still believes it leads: its own
+/// session tracker, which saw no touch while it was paused, calls every session expired, and a
+/// client that reconnects to it (or to a follower still following it) in that instant hears
+/// "expired" for a session that the new quorum keeps. The client believes the first answer;
+/// we believe the second, asked at least a tick later, when the stale leader has stepped down.
+/// Nothing depends on the wait for safety: the lease counts only quorum proofs, and no proof
+/// comes while the servers say expired. A session that did expire is declared lost one tick
+/// and one request later.
+async fn doubt(shared: &Shared, tick: Duration) {
+    info!(
+        "a server says the session expired; asking again after one server tick before declaring it lost (a quorum leader that was paused answers from a stale view)"
+    );
+    tokio::select! {
+        _ = shared.stop.cancelled() => {}
+        _ = tokio::time::sleep(tick) => {}
+    }
 }
 
 /// The session is lost: its lease ends and `Lost` is published; a new session follows.

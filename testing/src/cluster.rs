@@ -1130,21 +1130,44 @@ impl TestingCluster {
 }
 
 impl TestingCluster {
+    /// Waits until the ensemble is whole again (every server a leader or a follower, exactly one
+    /// of them leading), and returns the leader's index.
+    ///
+    /// Unlike [`TestingCluster::wait_for_leader`], this does not take a server that was paused
+    /// and has just resumed for the leader: until its first tick it still says `leader`, while
+    /// the others follow a new one.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::StartTimeout`] if the ensemble is not whole within `timeout`, with the
+    /// logs of the servers that are not members.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn wait_whole(&self, timeout: Duration) -> Result<usize> {
+        wait_ready(&self.addresses, timeout, |i| self.log_tail(i)).await?;
+        self.wait_for_leader(timeout).await
+    }
+
     /// The last lines of every server's log, each under its address.
     fn log_tails(&self) -> String {
         (0..self.len())
-            .map(|i| {
-                let tail = match &self.servers {
-                    Servers::Process { nodes, .. } => {
-                        nodes.get(i).map(ServerNode::log_tail).unwrap_or_default()
-                    }
-                    #[cfg(feature = "docker")]
-                    Servers::Docker(d) => d.log_tail(i),
-                };
-                format!("--- {}:\n{tail}", self.addresses[i])
-            })
+            .map(|i| format!("--- {}:\n{}", self.addresses[i], self.log_tail(i)))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// The last lines of server `index`'s log.
+    fn log_tail(&self, index: usize) -> String {
+        match &self.servers {
+            Servers::Process { nodes, .. } => nodes
+                .get(index)
+                .map(ServerNode::log_tail)
+                .unwrap_or_default(),
+            #[cfg(feature = "docker")]
+            Servers::Docker(d) => d.log_tail(index),
+        }
     }
 }
 
