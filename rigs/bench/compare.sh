@@ -283,6 +283,8 @@ printf -- '- a handover in which the successor claims on the event (one fsynced 
     "$(fv floor_handover_ms_p50)" "$(fv floor_handover_ms_p99)"
 printf -- '- a handover in which the successor lists first (delete, event, listing): p50 %s ms, p99 %s ms\n' \
     "$(fv floor_listed_handover_ms_p50)" "$(fv floor_listed_handover_ms_p99)"
+printf -- '- the same with 200 and 1,000 candidates in the listed line: p50 %s ms and %s ms\n' \
+    "$(fv floor_listed_handover200_ms_p50)" "$(fv floor_listed_handover1000_ms_p50)"
 printf -- '- a lock cycle (create + delete, both fsynced): %s ops/s with 1 client, %s ops/s with 4\n' \
     "$(fv floor_lock_ops_per_s)" "$(fv floor_lock4_ops_per_s)"
 printf -- '- a contended lock (each hand-over: fsynced delete, event, listing when it must list): %s ops/s with 4 clients, %s with 16\n' \
@@ -300,7 +302,14 @@ for w in "${workloads[@]}"; do
     case ${args[0]} in
         # A rolling handover's successor lists on the event (recipes/leader-latch.md, "Requests
         # per handover"): its floor is the listed one.
-        handover) f=handover_ms_p50 floor=floor_listed_handover_ms_p50 ;;
+        # Its listing is as long as the line: 200 and 1,000 candidates have floors of their own.
+        handover)
+            f=handover_ms_p50
+            case ${args[1]} in
+                200 | 1000) floor=floor_listed_handover${args[1]}_ms_p50 ;;
+                *) floor=floor_listed_handover_ms_p50 ;;
+            esac
+            ;;
         # One client's mutex is bounded by its own create+delete; clients that queue, by the
         # contended lock's hand-over chain (the 4-client create+delete figure, parallel with
         # fsyncs batched, is printed above for scale only).

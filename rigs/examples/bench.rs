@@ -73,7 +73,10 @@
 //!   fsynced delete and its event: the floor of a handover in which the successor claims on the
 //!   event), and until it also has a listing of the parent, `floor_listed_handover_ms_p50` /
 //!   `_p99` (the floor of a handover in which the successor lists first, as Curator's does).
-//!   Then S seconds (default 10, after a 1 s warm-up) of 1, and of 4, sessions each looping
+//!   The listing rounds again with 199 and 999 other nodes in the line (named as the recipes
+//!   name theirs, held by a third session): `floor_listed_handover200_ms_p50` / `_p99` and
+//!   `floor_listed_handover1000_ms_p50` / `_p99`, the floors of `handover 200` and
+//!   `handover 1000`, whose successors list that many names. Then S seconds (default 10, after a 1 s warm-up) of 1, and of 4, sessions each looping
 //!   create (ephemeral sequential) + delete under one path, the two fsynced writes of an
 //!   uncontended acquire+release: `floor_lock_ops_per_s` and `floor_lock4_ops_per_s`. Then the
 //!   floor of a *contended* lock, S seconds each with 4 and with 16 sessions queueing for one
@@ -693,6 +696,88 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
     let path = floor_path(&leader, "floor").await?;
     let (leader, successor) = (leader.client()?, successor.client()?);
     let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let (event_ms, listed_ms) = handover_floor_rounds(&leader, &successor, &path, rounds).await?;
+    for (name, values, q) in [
+        ("floor_handover_ms_p50", &event_ms, 0.5),
+        ("floor_handover_ms_p99", &event_ms, 0.99),
+        ("floor_listed_handover_ms_p50", &listed_ms, 0.5),
+        ("floor_listed_handover_ms_p99", &listed_ms, 0.99),
+    ] {
+        figure(
+            name,
+            format_args!("{:.3}", percentile(values, q).unwrap_or(f64::NAN)),
+            "ms",
+        );
+    }
+    // The listing of a line of N candidates is N names long (about 56 bytes each in the
+    // recipes' naming): a handover among 1,000 candidates cannot list faster than this.
+    for candidates in LISTED_FLOOR_CANDIDATES {
+        let waiting = connect_one(target.connect_string()).await?;
+        let client = waiting.client()?;
+        let names: Vec<String> = (1..candidates)
+            .map(|_| format!("{path}/_c_{}-latch-", uuid::Uuid::new_v4()))
+            .collect();
+        let creates: Vec<_> = names
+            .iter()
+            .map(|name| client.create(name, b"floor", &ephemeral))
+            .collect();
+        for created in futures::future::join_all(creates).await {
+            created?;
+        }
+        let (_, listed_ms) = handover_floor_rounds(&leader, &successor, &path, rounds).await?;
+        for (q, at) in [(0.5, "p50"), (0.99, "p99")] {
+            figure(
+                &format!("floor_listed_handover{candidates}_ms_{at}"),
+                format_args!("{:.3}", percentile(&listed_ms, q).unwrap_or(f64::NAN)),
+                "ms",
+            );
+        }
+        // Their nodes go with the session, but its close does not wait for the server to
+        // delete them: the next round and the path's deletion must not see them.
+        let deletes: Vec<_> = client
+            .list_children(&path)
+            .await?
+            .into_iter()
+            .filter(|name| name.starts_with("_c_"))
+            .map(|name| format!("{path}/{name}"))
+            .collect();
+        for name in &deletes {
+            match client.delete(name, None).await {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        waiting.close().await?;
+    }
+    leader.delete(&path, None).await?;
+    for (name, clients) in [("floor_lock_ops_per_s", 1), ("floor_lock4_ops_per_s", 4)] {
+        let ops = lock_floor(target, clients, seconds).await?;
+        figure(name, format_args!("{ops:.1}"), "ops/s");
+    }
+    for (name, clients) in [
+        ("floor_contended_lock_ops_per_s", 4),
+        ("floor_contended_lock16_ops_per_s", 16),
+    ] {
+        let ops = contended_lock_floor(target, clients, seconds).await?;
+        figure(name, format_args!("{ops:.1}"), "ops/s");
+    }
+    Ok(())
+}
+
+/// Candidates in the line whose listing the extra listed floors measure.
+const LISTED_FLOOR_CANDIDATES: [usize; 2] = [200, 1000];
+
+/// `rounds` handovers on the raw client after the warm-up: the leader's node is deleted, the
+/// successor gets the event, then lists `path`. The milliseconds from the delete to the event
+/// and to the listing's answer.
+async fn handover_floor_rounds(
+    leader: &zookeeper_client::Client,
+    successor: &zookeeper_client::Client,
+    path: &str,
+    rounds: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    use zookeeper_client::{Acls, CreateMode};
+    let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let mut event_ms = Vec::with_capacity(rounds);
     let mut listed_ms = Vec::with_capacity(rounds);
     for round in 0..WARMUP_ROUNDS + rounds {
@@ -710,7 +795,7 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
         )
         .await?;
         let event = t0.elapsed();
-        successor.list_children(&path).await?;
+        successor.list_children(path).await?;
         let listed = t0.elapsed();
         delete.await?;
         if round >= WARMUP_ROUNDS {
@@ -718,31 +803,7 @@ async fn floor(target: &ZooKeeper, rounds: usize, seconds: u64) -> Result<()> {
             listed_ms.push(listed.as_secs_f64() * 1e3);
         }
     }
-    leader.delete(&path, None).await?;
-    for (name, values, q) in [
-        ("floor_handover_ms_p50", &event_ms, 0.5),
-        ("floor_handover_ms_p99", &event_ms, 0.99),
-        ("floor_listed_handover_ms_p50", &listed_ms, 0.5),
-        ("floor_listed_handover_ms_p99", &listed_ms, 0.99),
-    ] {
-        figure(
-            name,
-            format_args!("{:.3}", percentile(values, q).unwrap_or(f64::NAN)),
-            "ms",
-        );
-    }
-    for (name, clients) in [("floor_lock_ops_per_s", 1), ("floor_lock4_ops_per_s", 4)] {
-        let ops = lock_floor(target, clients, seconds).await?;
-        figure(name, format_args!("{ops:.1}"), "ops/s");
-    }
-    for (name, clients) in [
-        ("floor_contended_lock_ops_per_s", 4),
-        ("floor_contended_lock16_ops_per_s", 16),
-    ] {
-        let ops = contended_lock_floor(target, clients, seconds).await?;
-        figure(name, format_args!("{ops:.1}"), "ops/s");
-    }
-    Ok(())
+    Ok((event_ms, listed_ms))
 }
 
 /// What the server allows a contended lock: `clients` sessions queue for one lock on the raw
