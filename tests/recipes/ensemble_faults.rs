@@ -57,8 +57,8 @@ use zookeeper_recipes_rigs::fixtures as common;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use common::{BOUND, eventually, within, zookeeper};
-use zookeeper_recipes::{ErrorPolicy, LeaderLatch, Leadership, Session};
+use common::{BOUND, Recording, eventually, within, zookeeper};
+use zookeeper_recipes::{ErrorPolicy, LatchEvent, LeaderLatch, Leadership, Session};
 use zookeeper_recipes_testing::{self as testing, ServerMode, TestingCluster};
 
 /// The servers' tick.
@@ -391,4 +391,116 @@ async fn one_way_cut_to_the_follower_leader_ends_its_term_before_the_successor_s
         |cluster, plan, leader| cluster.cut_one_way(leader, plan.a_server).unwrap(),
     )
     .await;
+}
+
+/// A cold claim: a candidate whose lease ran down (it was third in line, so nothing needed its
+/// lease) comes first on a follower that can no longer send to the quorum leader
+/// (`cut_one_way(follower, leader)`). The follower still receives the leader's commits, so B sees
+/// A and C leave and lists itself first; but its `sync` cannot reach the leader, so nothing
+/// proves its lease and it must not lead. The quorum meanwhile expires B's session (its touches
+/// do not reach the leader either) and D, on the quorum's side, leads. B must not have led at
+/// any time before the heal. Without the rule "a term begins only on a lease proven with room"
+/// ("Who proves the lease, and when" in the latch's spec), B would lead on its follower's stale
+/// view at once, while D leads on the quorum's. Faults: a one-way cut between a follower and the
+/// quorum leader, with a claim whose lease must first be proven.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = common::ensemble_turn().await;
+    let cluster = TestingCluster::builder()
+        .servers(3)
+        .tick_time(TICK)
+        .sync_limit(SYNC_LIMIT)
+        .start()
+        .await
+        .expect("ensemble did not start");
+    let leader = cluster.wait_whole(BOUND).await.expect("no whole ensemble");
+    let follower = (leader + 1) % 3;
+    let quorum_side = [leader, (leader + 2) % 3];
+    let path = testing::unique_path("cold-claim");
+
+    let sa = session(&cluster, &quorum_side).await;
+    let sc = session(&cluster, &quorum_side).await;
+    let sb = session(&cluster, &[follower]).await;
+    let sd = session(&cluster, &quorum_side).await;
+    // Reads on the follower's view, as B's contender sees it.
+    let on_follower = session(&cluster, &[follower]).await;
+    let mut latches = Vec::new();
+    for (s, id) in [(&sa, "a"), (&sc, "c"), (&sb, "b"), (&sd, "d")] {
+        let latch = LeaderLatch::builder(s, &path)
+            .id(id)
+            .start()
+            .await
+            .expect("a latch did not start");
+        latch.wait_joined(BOUND).await.expect("a latch did not join");
+        latches.push(latch);
+    }
+    let mut latches = latches.into_iter();
+    let (a, c, b, d) = (
+        latches.next().unwrap(),
+        latches.next().unwrap(),
+        latches.next().unwrap(),
+        latches.next().unwrap(),
+    );
+    within(BOUND, "A to lead first", a.await_leadership())
+        .await
+        .expect("latch A failed");
+    let b_node = b.our_path().expect("B has a node");
+    let b_name = b_node.rsplit('/').next().unwrap_or_default().to_owned();
+    // B was third when it joined and has not listed since: nothing needs its lease, which runs
+    // down one session timeout after its session began (its pings prove nothing without a
+    // later `sync`). The wait is the lease's length, not a wait for an event.
+    tokio::time::sleep(SESSION_TIMEOUT * 2).await;
+    // Every term B begins, however short (a term begun on an unproven lease would end at
+    // once, so the leadership watch alone could miss it).
+    let b_events = Recording::of(b.events());
+    let b_led = || {
+        b_events
+            .items()
+            .into_iter()
+            .any(|e| matches!(e, LatchEvent::Leader(_)))
+    };
+    cluster.cut_one_way(follower, leader).unwrap();
+    let cut = Instant::now();
+    c.close().await.expect("C did not close");
+    a.close().await.expect("A did not close");
+    // The follower still applies the leader's commits: B is first in the view B lists from.
+    let client = on_follower.client().expect("no client on the follower");
+    eventually(BOUND, "B's node to be first on its follower", || async {
+        let children = client.list_children(&path).await.ok()?;
+        let mut nodes: Vec<&String> = children.iter().collect();
+        nodes.sort_by_key(|n| n.rsplit('-').next().map(str::to_owned));
+        (nodes.first().map(|n| n.as_str()) == Some(b_name.as_str())).then_some(())
+    })
+    .await;
+    let first_on_follower = cut.elapsed();
+    // The quorum expires B's session; D leads.
+    let d_term = within(BOUND, "D to lead on the quorum's side", d.await_leadership())
+        .await
+        .expect("latch D failed");
+    let d_led = cut.elapsed();
+    assert!(d_term.is_valid());
+    eprintln!(
+        "[ensemble] cold claim: B first on its follower +{} ms, D leads +{} ms, B led: {}",
+        first_on_follower.as_millis(),
+        d_led.as_millis(),
+        b_led()
+    );
+    assert!(
+        !b_led(),
+        "B led on its cut-off follower's view without a quorum proof of its lease"
+    );
+
+    cluster.heal();
+    cluster.wait_whole(BOUND).await.expect("no whole ensemble after heal");
+    eventually(BOUND, "exactly one of B and D leading after heal", || async {
+        (usize::from(b.has_leadership()) + usize::from(d.has_leadership()) == 1).then_some(())
+    })
+    .await;
+    assert!(d.has_leadership(), "D's term was kept through the heal");
+    for latch in [&b, &d] {
+        latch.close().await.expect("a latch did not close");
+    }
 }
