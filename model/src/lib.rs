@@ -1,0 +1,1114 @@
+//! A model of the contender core of `zookeeper-recipes` (the latch's, the selector's and the
+//! mutex's election), of the lease that bounds every term, and of the ZooKeeper servers they run
+//! on, written from `recipes/leader-latch.md`, `recipes/mutex.md` and the lease's proof rules
+//! (`src/session/lease.rs`), for the `stateright` model checker.
+//!
+//! The world: one quorum leader `L` that holds the store and expires sessions, one follower `F`
+//! that can be cut off from it (it then keeps answering reads from a stale copy and the client's
+//! pings, but cannot answer a `sync` or a write), clients that connect to either server, lose a
+//! create's reply, reconnect, get frozen, and see time pass in ticks. See `README.md` for what is
+//! and is not modelled, and for every rule that can be switched off ([`Rule`]).
+
+use std::fmt::Write as _;
+
+use stateright::{Model, Property};
+
+/// The session timeout, in ticks. A lease proven by a touch sent at `s` lasts until `s + TIMEOUT`
+/// (a term is valid while `now < deadline`); the quorum leader expires a session once
+/// `now - last_touch > TIMEOUT`.
+pub const TIMEOUT: u8 = 4;
+
+/// A protocol rule that the model can switch off (a *mutation*), by its kebab-case name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Rule {
+    /// "A ping proves nothing by itself; a later `sync` proves it": a heartbeat's own answer
+    /// proves nothing. Mutated: a ping's answer (which a cut-off follower gives) proves the
+    /// lease up to its own send time.
+    LeaseNeedsLaterSync,
+    /// "The lease advances to `j`'s send time, never to `k`'s": a `sync`'s answer proves the
+    /// earlier touch, not itself (its own touch may still sit at the follower). Mutated: the
+    /// lease advances to the answered `sync`'s own send time.
+    LeaseAdvancesToEarlierTouch,
+    /// "No valid term without a proof": a term begins only on a lease proven with room.
+    /// Mutated: the answer that made the contender first (its listing) is taken as a proof.
+    TermStartsOnProvenLease,
+    /// "A lapsed lease ends terms": a term is valid only while its deadline is ahead. Mutated:
+    /// a term is valid until the client sees its node or session go (Curator's behaviour).
+    TermEndsAtDeadline,
+    /// "The first node leads". Mutated: a listing that shows the node second is taken as first.
+    ClaimOnlyWhenFirst,
+    /// "Claiming on the deletion event", case "the predecessor was not first (`position` > 1)":
+    /// list again. Mutated: any waiter claims on its predecessor's deletion event.
+    ClaimOnEventOnlyAtPosition1,
+    /// "Claiming on the deletion event", argument 2: the contender polls the watch on its own
+    /// node after the predecessor's event, and a fired watch sends it back into line. Mutated:
+    /// it claims without looking.
+    ClaimOnEventChecksOwnNode,
+    /// "Claiming on the deletion event", case "the client's connection changed after the
+    /// predecessor's watch went out": list first (replayed events come in watch order, not zxid
+    /// order). Mutated: it claims on the event, its own node's event possibly still to come.
+    ClaimOnEventNeedsSameConnection,
+    /// "Create reply lost": `sync`, find our node by its prefix and adopt it. Mutated: create a
+    /// new node without looking (the first one is left behind, owned by the live session).
+    ProtectedCreateAdoptsOwnNode,
+    /// CURATOR-498 / CURATOR-696 ("Claiming without a read"): a node is adopted or claimed from
+    /// only if the current session owns it; a node of an earlier session is deleted and replaced.
+    /// Mutated: a prefix match of any session is adopted, and the node of the earlier session is
+    /// kept (and listed, and claimed from) after a new session.
+    NoClaimFromNodeOfEarlierSession,
+    /// The quorum leader deletes an expired session's ephemeral nodes (ZooKeeper's rule, on
+    /// which "the successor starts once the quorum expires the session" rests). Mutated: they
+    /// stay.
+    ExpireDeletesEphemerals,
+}
+
+impl Rule {
+    /// Every rule, in the order `--list-mutations` prints them.
+    pub const ALL: [Rule; 11] = [
+        Rule::LeaseNeedsLaterSync,
+        Rule::LeaseAdvancesToEarlierTouch,
+        Rule::TermStartsOnProvenLease,
+        Rule::TermEndsAtDeadline,
+        Rule::ClaimOnlyWhenFirst,
+        Rule::ClaimOnEventOnlyAtPosition1,
+        Rule::ClaimOnEventChecksOwnNode,
+        Rule::ClaimOnEventNeedsSameConnection,
+        Rule::ProtectedCreateAdoptsOwnNode,
+        Rule::NoClaimFromNodeOfEarlierSession,
+        Rule::ExpireDeletesEphemerals,
+    ];
+
+    /// The rule's kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::LeaseNeedsLaterSync => "lease-needs-later-sync",
+            Rule::LeaseAdvancesToEarlierTouch => "lease-advances-to-earlier-touch",
+            Rule::TermStartsOnProvenLease => "term-starts-on-proven-lease",
+            Rule::TermEndsAtDeadline => "term-ends-at-deadline",
+            Rule::ClaimOnlyWhenFirst => "claim-only-when-first",
+            Rule::ClaimOnEventOnlyAtPosition1 => "claim-on-event-only-at-position-1",
+            Rule::ClaimOnEventChecksOwnNode => "claim-on-event-checks-own-node",
+            Rule::ClaimOnEventNeedsSameConnection => "claim-on-event-needs-same-connection",
+            Rule::ProtectedCreateAdoptsOwnNode => "protected-create-adopts-own-node",
+            Rule::NoClaimFromNodeOfEarlierSession => "no-claim-from-node-of-earlier-session",
+            Rule::ExpireDeletesEphemerals => "expire-deletes-ephemerals",
+        }
+    }
+
+    /// The rule named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Rule> {
+        Rule::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The number of clients the smallest configuration that can show this rule's mutation
+    /// needs (a waiter two places back needs two nodes ahead of it).
+    pub fn clients_needed(self) -> u8 {
+        match self {
+            Rule::ClaimOnEventOnlyAtPosition1 => 3,
+            _ => 2,
+        }
+    }
+}
+
+/// A server of the ensemble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Server {
+    /// The quorum leader: holds the store, expires sessions, answers `sync`.
+    L,
+    /// A follower: can be cut off from `L`.
+    F,
+}
+
+impl Server {
+    fn other(self) -> Server {
+        match self {
+            Server::L => Server::F,
+            Server::F => Server::L,
+        }
+    }
+}
+
+/// One ephemeral sequential node under the election path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Node {
+    /// The sequence the server appended; also its `czxid`'s order (creates under one path are
+    /// the only writes that order nodes), so it is the fencing token.
+    pub seq: u8,
+    /// The client whose protected create made it (its prefix).
+    pub owner: u8,
+    /// The owner's session (epoch) that made it: the node's `ephemeralOwner`.
+    pub epoch: u8,
+}
+
+/// A session as the quorum leader knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Session {
+    /// The client's current session number.
+    pub epoch: u8,
+    /// Not yet expired by the quorum leader.
+    pub alive: bool,
+    /// The last time the quorum leader heard of the session.
+    pub last_touch: u8,
+    /// `F` holds a touch of this session that it has not yet relayed to `L`.
+    pub f_pending: bool,
+}
+
+/// Where a contender is in the contender core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// No node: the next step is the protected create (and the listing behind it).
+    Idle,
+    /// The create's reply was lost: the next step is `sync` and a look for the node by prefix.
+    Lost,
+    /// Must list the children.
+    List,
+    /// First in its last listing: claims once the lease is proven.
+    First,
+    /// Watching the node just before its own.
+    Waiting {
+        /// The predecessor's sequence.
+        pred: u8,
+        /// The predecessor was first in the listing (the waiter is next in line).
+        pos1: bool,
+        /// The connection the predecessor's watch was set on.
+        wconn: u8,
+    },
+    /// Holds a term on its node; the token is the node's sequence.
+    Leading,
+}
+
+/// One client: its connection, its contender, its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// The server it is connected to.
+    pub server: Server,
+    /// Its connection number (one more on every reconnect or new session).
+    pub conn: u8,
+    /// Frozen: takes no step while time passes.
+    pub frozen: bool,
+    /// The contender's phase.
+    pub phase: Phase,
+    /// The sequence of the node it believes its own.
+    pub node: Option<u8>,
+    /// The session (epoch) the node was created or adopted in.
+    pub node_epoch: u8,
+    /// The lease's deadline: a term is valid while `now < lease`.
+    pub lease: u8,
+    /// The send time of the newest answered touch (ping, `sync`, reconnect) not yet proven.
+    pub unproven: Option<u8>,
+}
+
+/// The whole world.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Real time, in ticks.
+    pub now: u8,
+    /// `F` is cut off from `L`.
+    pub cut: bool,
+    /// `F`'s copy of the children while it is cut off (`None`: the same as `L`'s).
+    pub f_view: Option<Vec<Node>>,
+    /// The children at `L`, in sequence order.
+    pub nodes: Vec<Node>,
+    /// The next sequence the parent hands out.
+    pub next_seq: u8,
+    /// Sessions at `L`, one per client.
+    pub sessions: Vec<Session>,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// Faults still allowed (cut, freeze, reconnect, lost reply, foreign delete).
+    pub budget: u8,
+    /// The highest token any term began with.
+    pub max_token: Option<u8>,
+    /// A term began with a token lower than an earlier term's.
+    pub token_fell: bool,
+    /// A fault began or ended (a heal, an unfreeze) within the last `recovery` ticks before
+    /// the horizon.
+    pub late_fault: bool,
+    /// The sequences deleted so far, in zxid order (kept only with
+    /// [`Config::late_own_event`]).
+    pub deleted: Vec<u8>,
+}
+
+/// One step of the world.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Real time advances by one tick: `F` relays its pending touches (unless cut off), the
+    /// quorum leader expires every session not touched for the timeout, and every running
+    /// client sends its heartbeat (a `sync` through `L`, a ping to a cut-off `F`).
+    Tick,
+    /// `F` is cut off from `L` (fault).
+    Cut,
+    /// `F` is in touch with `L` again and catches up.
+    Heal,
+    /// The client's process is frozen (fault).
+    Freeze(u8),
+    /// The client's process runs again.
+    Unfreeze(u8),
+    /// The client's connection moves to the other server (fault).
+    Reconnect(u8),
+    /// Another client deletes a node that is not first (fault; "a waiting participant's node
+    /// deleted by someone else").
+    ForeignDelete(u8),
+    /// Protected create and the listing behind it.
+    Join(u8),
+    /// Protected create whose reply is lost (fault).
+    JoinReplyLost(u8),
+    /// After a lost create reply: `sync`, find the node by prefix, list.
+    Recover(u8),
+    /// List the children.
+    List(u8),
+    /// First in line: begin a term.
+    Claim(u8),
+    /// The predecessor's deletion event.
+    PredDeleted(u8),
+    /// The watch on the client's own node fires: the node is gone.
+    OwnNodeGone(u8),
+    /// The term's deadline has passed: the term ends, the node stays.
+    EndTerm(u8),
+    /// The leader releases (mutex release, latch close) and queues again.
+    Release(u8),
+    /// The client hears that its session expired and opens a new one.
+    SessionExpired(u8),
+}
+
+/// The model's configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Clients (contenders), one election.
+    pub clients: u8,
+    /// The last tick.
+    pub horizon: u8,
+    /// Faults allowed per run.
+    pub budget: u8,
+    /// Sequences the parent hands out at most (bounds creates).
+    pub max_nodes: u8,
+    /// Ticks after the last fault (healed, nobody frozen) within which a leader must exist.
+    pub recovery: u8,
+    /// The rule switched off, if any.
+    pub mutation: Option<Rule>,
+    /// Model the own node's deletion event as arriving at the contender only when ZooKeeper's
+    /// zxid order guarantees it: before the predecessor's event if our node was deleted first,
+    /// possibly after it otherwise (the contender's task may poll its watch before the client's
+    /// I/O has read the event). Off by default: events sent are seen before the next step.
+    pub late_own_event: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            clients: 2,
+            horizon: 12,
+            budget: 2,
+            max_nodes: 5,
+            recovery: TIMEOUT,
+            mutation: None,
+            late_own_event: false,
+        }
+    }
+}
+
+/// The model: a [`Config`] and the rules.
+#[derive(Clone, Debug)]
+pub struct ElectionModel {
+    /// Its configuration.
+    pub config: Config,
+}
+
+impl ElectionModel {
+    /// A model of `config`.
+    pub fn new(config: Config) -> Self {
+        ElectionModel { config }
+    }
+
+    /// The rule holds (is not the one switched off).
+    fn on(&self, rule: Rule) -> bool {
+        self.config.mutation != Some(rule)
+    }
+
+    /// The children as `server` answers a read.
+    fn view<'a>(&self, s: &'a State, server: Server) -> &'a [Node] {
+        match (server, &s.f_view) {
+            (Server::F, Some(v)) => v,
+            _ => &s.nodes,
+        }
+    }
+
+    /// `server` can carry a write or a `sync` to `L`.
+    fn reaches_leader(s: &State, server: Server) -> bool {
+        server == Server::L || !s.cut
+    }
+
+    /// The client holds a term it believes valid (by the model's real time).
+    pub fn valid(&self, s: &State, c: usize) -> bool {
+        s.clients[c].phase == Phase::Leading
+            && (s.clients[c].lease > s.now || !self.on(Rule::TermEndsAtDeadline))
+    }
+
+    /// Steps of the contender core that are due: time does not pass while one is (a client
+    /// that is slow to take one is a frozen client).
+    fn urgent(&self, s: &State) -> bool {
+        let mut actions = Vec::new();
+        self.protocol_actions(s, &mut actions);
+        actions.iter().any(|a| {
+            matches!(
+                a,
+                Action::Join(_)
+                    | Action::Recover(_)
+                    | Action::List(_)
+                    | Action::Claim(_)
+                    | Action::PredDeleted(_)
+                    | Action::OwnNodeGone(_)
+                    | Action::EndTerm(_)
+                    | Action::SessionExpired(_)
+            )
+        })
+    }
+
+    /// The state in which a fair, healed run must have a leader.
+    fn liveness_due(&self, s: &State) -> bool {
+        // The model's bound on creates, not the protocol, may keep a client out of line.
+        let bound_hit = s.next_seq >= self.config.max_nodes
+            && s.clients
+                .iter()
+                .any(|c| matches!(c.phase, Phase::Idle | Phase::Lost));
+        let healed = !s.cut && s.clients.iter().all(|c| !c.frozen) && !s.late_fault;
+        s.now == self.config.horizon && healed && !bound_hit && !self.urgent(s)
+    }
+
+    /// Touches the client's session at its server: at `L` at once, at `F` pending a relay.
+    fn touch(s: &mut State, c: usize) {
+        let server = s.clients[c].server;
+        let now = s.now;
+        let sess = &mut s.sessions[c];
+        if !sess.alive {
+            return;
+        }
+        match server {
+            Server::L => sess.last_touch = now,
+            Server::F => sess.f_pending = true,
+        }
+    }
+
+    /// `F`'s ping reply reaches `L`: every pending touch counts now.
+    fn relay(s: &mut State) {
+        let now = s.now;
+        for sess in &mut s.sessions {
+            if sess.f_pending && sess.alive {
+                sess.last_touch = now;
+            }
+            sess.f_pending = false;
+        }
+    }
+
+    /// Deletes the node `seq` at `L` (and at `F`, unless it is cut off).
+    fn delete(&self, s: &mut State, seq: u8) {
+        self.remove(s, |n| n.seq == seq);
+    }
+
+    /// Deletes every node `gone` picks, in sequence order (one transaction at most), and logs
+    /// the deletions when the late own-node event is modelled.
+    fn remove(&self, s: &mut State, gone: impl Fn(&Node) -> bool) {
+        if self.config.late_own_event {
+            let seqs: Vec<u8> = s.nodes.iter().filter(|n| gone(n)).map(|n| n.seq).collect();
+            s.deleted.extend(seqs);
+        }
+        s.nodes.retain(|n| !gone(n));
+    }
+
+    /// The contender's standing in a listing from its server.
+    fn standing(&self, s: &State, c: usize) -> Phase {
+        let cl = &s.clients[c];
+        let view = self.view(s, cl.server);
+        let Some(own) = cl.node else {
+            return Phase::Idle;
+        };
+        match view.iter().position(|n| n.seq == own) {
+            None => Phase::Idle,
+            Some(0) => Phase::First,
+            Some(1) if !self.on(Rule::ClaimOnlyWhenFirst) => Phase::First,
+            Some(i) => Phase::Waiting {
+                pred: view[i - 1].seq,
+                pos1: i == 1,
+                wconn: cl.conn,
+            },
+        }
+    }
+
+    /// Sets the client's phase from a listing; a node missing from it is forgotten.
+    fn apply_listing(&self, s: &mut State, c: usize) {
+        let phase = self.standing(s, c);
+        if phase == Phase::Idle {
+            s.clients[c].node = None;
+        }
+        s.clients[c].phase = phase;
+    }
+
+    /// Begins a term on the client's node, if the lease allows.
+    fn begin_term(&self, s: &mut State, c: usize) {
+        if !self.on(Rule::TermStartsOnProvenLease) {
+            let now = s.now;
+            let cl = &mut s.clients[c];
+            cl.lease = cl.lease.max(now + TIMEOUT);
+        }
+        let cl = &mut s.clients[c];
+        if cl.lease <= s.now {
+            cl.phase = Phase::First;
+            return;
+        }
+        let Some(token) = cl.node else {
+            cl.phase = Phase::Idle;
+            return;
+        };
+        cl.phase = Phase::Leading;
+        if s.max_token.is_some_and(|m| token < m) {
+            s.token_fell = true;
+        }
+        s.max_token = Some(s.max_token.map_or(token, |m| m.max(token)));
+    }
+
+    /// A new session for the client (it heard that its old one expired).
+    fn new_session(&self, s: &mut State, c: usize) {
+        let now = s.now;
+        let sess = &mut s.sessions[c];
+        sess.epoch += 1;
+        sess.alive = true;
+        sess.last_touch = now;
+        sess.f_pending = false;
+        let cl = &mut s.clients[c];
+        cl.conn += 1;
+        cl.lease = now + TIMEOUT;
+        cl.unproven = None;
+        if self.on(Rule::NoClaimFromNodeOfEarlierSession) || cl.node.is_none() {
+            cl.node = None;
+            cl.phase = Phase::Idle;
+        } else {
+            cl.phase = Phase::List;
+        }
+    }
+
+    /// One line of a counterexample: what `action` did in `before`.
+    pub fn describe(&self, before: &State, action: &Action) -> String {
+        let after = self.next_state(before, *action);
+        let list = |s: &State, server: Server| {
+            let v = self.view(s, server);
+            let names: Vec<String> = v
+                .iter()
+                .map(|n| format!("n{}(c{}s{})", n.seq, n.owner, n.epoch))
+                .collect();
+            format!("[{}]", names.join(" "))
+        };
+        let phase = |s: &State, c: usize| match s.clients[c].phase {
+            Phase::Idle => "has no node".to_string(),
+            Phase::Lost => "does not know its node".to_string(),
+            Phase::List => "must list".to_string(),
+            Phase::First => "is first, waits for a proven lease".to_string(),
+            Phase::Waiting { pred, pos1, .. } => format!(
+                "watches n{pred}{}",
+                if pos1 { " (next in line)" } else { "" }
+            ),
+            Phase::Leading => format!(
+                "LEADS with token {} until t={}",
+                s.clients[c].node.map_or(0, |n| n),
+                s.clients[c].lease
+            ),
+        };
+        let mut out = String::new();
+        let Some(a) = after else {
+            let _ = write!(out, "{action:?} (no change)");
+            return out;
+        };
+        let t = before.now;
+        match *action {
+            Action::Tick => {
+                let _ = write!(out, "time passes: t={}", a.now);
+                for (c, (was, is)) in before.sessions.iter().zip(&a.sessions).enumerate() {
+                    if was.alive && !is.alive {
+                        let _ = write!(
+                            out,
+                            "; L expires client {c}'s session s{} (last heard of at t={})",
+                            was.epoch, was.last_touch
+                        );
+                    }
+                }
+                let leases: Vec<String> = a
+                    .clients
+                    .iter()
+                    .enumerate()
+                    .map(|(c, cl)| {
+                        let frozen = if cl.frozen { ", frozen" } else { "" };
+                        format!("c{c} on {:?} until t={}{frozen}", cl.server, cl.lease)
+                    })
+                    .collect();
+                let _ = write!(out, "; leases after the heartbeats: {}", leases.join(", "));
+            }
+            Action::Cut => {
+                let _ = write!(out, "t={t}: F is cut off from L");
+            }
+            Action::Heal => {
+                let _ = write!(out, "t={t}: F is back in touch with L");
+            }
+            Action::Freeze(c) => {
+                let _ = write!(out, "t={t}: client {c} is frozen");
+            }
+            Action::Unfreeze(c) => {
+                let _ = write!(out, "t={t}: client {c} runs again");
+            }
+            Action::Reconnect(c) => {
+                let cl = &a.clients[c as usize];
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} reconnects to {:?} (connection {}); it {}",
+                    cl.server,
+                    cl.conn,
+                    phase(&a, c as usize)
+                );
+            }
+            Action::ForeignDelete(seq) => {
+                let _ = write!(
+                    out,
+                    "t={t}: another client deletes n{seq}; L has {}",
+                    list(&a, Server::L)
+                );
+            }
+            Action::Join(c) | Action::JoinReplyLost(c) | Action::Recover(c) | Action::List(c) => {
+                let cl = &a.clients[c as usize];
+                let verb = match *action {
+                    Action::Join(_) => format!("creates n{} and lists", before.next_seq),
+                    Action::JoinReplyLost(_) => {
+                        format!("creates n{} but the reply is lost", before.next_seq)
+                    }
+                    Action::Recover(_) if !self.on(Rule::ProtectedCreateAdoptsOwnNode) => {
+                        "does not look for its node (it will create another), sees".to_string()
+                    }
+                    Action::Recover(_) => "syncs, looks for its node by prefix, lists".to_string(),
+                    _ => "lists".to_string(),
+                };
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} {verb} {} on {:?}; it {}",
+                    list(&a, cl.server),
+                    cl.server,
+                    phase(&a, c as usize)
+                );
+            }
+            Action::Claim(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} claims: it {}",
+                    phase(&a, c as usize)
+                );
+            }
+            Action::PredDeleted(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} gets its predecessor's deletion event; it {}",
+                    phase(&a, c as usize)
+                );
+            }
+            Action::OwnNodeGone(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c}'s own-node watch fires (node gone); it {}",
+                    phase(&a, c as usize)
+                );
+            }
+            Action::EndTerm(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c}'s deadline t={} has passed: its term ends",
+                    before.clients[c as usize].lease
+                );
+            }
+            Action::Release(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} releases (deletes n{})",
+                    before.clients[c as usize].node.map_or(0, |n| n)
+                );
+            }
+            Action::SessionExpired(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} hears its session expired, opens s{}; it {}",
+                    a.sessions[c as usize].epoch,
+                    phase(&a, c as usize)
+                );
+            }
+        }
+        out
+    }
+}
+
+impl Model for ElectionModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let n = self.config.clients as usize;
+        let mut inits = Vec::new();
+        // Every client starts on either server, with a fresh session (its lease counts from the
+        // moment it asked for the session).
+        for mask in 0..(1u32 << n) {
+            let clients = (0..n)
+                .map(|i| Client {
+                    server: if mask & (1 << i) == 0 {
+                        Server::L
+                    } else {
+                        Server::F
+                    },
+                    conn: 0,
+                    frozen: false,
+                    phase: Phase::Idle,
+                    node: None,
+                    node_epoch: 0,
+                    lease: TIMEOUT,
+                    unproven: None,
+                })
+                .collect();
+            inits.push(State {
+                now: 0,
+                cut: false,
+                f_view: None,
+                nodes: Vec::new(),
+                next_seq: 0,
+                sessions: vec![
+                    Session {
+                        epoch: 0,
+                        alive: true,
+                        last_touch: 0,
+                        f_pending: false,
+                    };
+                    n
+                ],
+                clients,
+                budget: self.config.budget,
+                max_token: None,
+                token_fell: false,
+                late_fault: false,
+                deleted: Vec::new(),
+            });
+        }
+        inits
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        self.protocol_actions(s, actions);
+        if s.now < self.config.horizon && !self.urgent(s) {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        self.step(last, action)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("at most one valid term", |m: &Self, s: &State| {
+                (0..s.clients.len()).filter(|&c| m.valid(s, c)).count() <= 1
+            }),
+            Property::always("tokens rise", |_: &Self, s: &State| !s.token_fell),
+            Property::always("a leader eventually", |m: &Self, s: &State| {
+                !m.liveness_due(s) || (0..s.clients.len()).any(|c| m.valid(s, c))
+            }),
+        ]
+    }
+}
+
+impl ElectionModel {
+    /// Every step but `Tick`.
+    fn protocol_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if s.cut {
+            actions.push(Action::Heal);
+        } else if s.budget > 0 {
+            actions.push(Action::Cut);
+        }
+        if s.budget > 0 {
+            for n in s.nodes.iter().skip(1) {
+                actions.push(Action::ForeignDelete(n.seq));
+            }
+        }
+        for (i, cl) in s.clients.iter().enumerate() {
+            let c = i as u8;
+            if cl.frozen {
+                actions.push(Action::Unfreeze(c));
+                continue;
+            }
+            let sess = &s.sessions[i];
+            let view = self.view(s, cl.server);
+            let reach = Self::reaches_leader(s, cl.server);
+            if s.budget > 0 {
+                actions.push(Action::Freeze(c));
+                if cl.server.other() == Server::L || !s.cut {
+                    actions.push(Action::Reconnect(c));
+                }
+            }
+            if !sess.alive && reach {
+                actions.push(Action::SessionExpired(c));
+                continue;
+            }
+            // A server answers pings and reads for a session it believes alive: `L` knows, a
+            // cut-off `F` does not.
+            let answers = sess.alive || (cl.server == Server::F && s.cut);
+            match cl.phase {
+                Phase::Idle => {
+                    if sess.alive && reach && s.next_seq < self.config.max_nodes {
+                        actions.push(Action::Join(c));
+                        if s.budget > 0 {
+                            actions.push(Action::JoinReplyLost(c));
+                        }
+                    }
+                }
+                Phase::Lost => {
+                    if sess.alive && reach {
+                        actions.push(Action::Recover(c));
+                    }
+                }
+                Phase::List => {
+                    if answers {
+                        actions.push(Action::List(c));
+                    }
+                }
+                Phase::First => {
+                    if cl.lease > s.now || !self.on(Rule::TermStartsOnProvenLease) {
+                        actions.push(Action::Claim(c));
+                    }
+                }
+                Phase::Waiting { pred, wconn, .. } => {
+                    if !view.iter().any(|n| n.seq == pred) {
+                        actions.push(Action::PredDeleted(c));
+                    } else if wconn != cl.conn && answers {
+                        // After a reconnect the contender lists again.
+                        actions.push(Action::List(c));
+                    }
+                }
+                Phase::Leading => {
+                    if cl.lease <= s.now && self.on(Rule::TermEndsAtDeadline) {
+                        actions.push(Action::EndTerm(c));
+                    }
+                    // A release is followed by a new create: only while a sequence is left.
+                    if sess.alive && reach && s.next_seq < self.config.max_nodes {
+                        actions.push(Action::Release(c));
+                    }
+                }
+            }
+            if let Some(own) = cl.node {
+                let watched = !matches!(cl.phase, Phase::Idle | Phase::Lost);
+                if watched && !view.iter().any(|n| n.seq == own) {
+                    actions.push(Action::OwnNodeGone(c));
+                }
+            }
+        }
+    }
+
+    /// The state after `action`.
+    fn step(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let now = s.now;
+        let late = now + self.config.recovery > self.config.horizon;
+        match action {
+            Action::Tick => self.tick(&mut s),
+            Action::Cut => {
+                s.cut = true;
+                s.f_view = Some(s.nodes.clone());
+                s.budget -= 1;
+                s.late_fault |= late;
+            }
+            Action::Heal => {
+                s.cut = false;
+                s.f_view = None;
+                Self::relay(&mut s);
+                s.late_fault |= late;
+            }
+            Action::Freeze(c) => {
+                s.clients[c as usize].frozen = true;
+                s.budget -= 1;
+                s.late_fault |= late;
+            }
+            Action::Unfreeze(c) => {
+                s.clients[c as usize].frozen = false;
+                s.late_fault |= late;
+            }
+            Action::ForeignDelete(seq) => {
+                self.delete(&mut s, seq);
+                s.budget -= 1;
+                s.late_fault |= late;
+            }
+            Action::Reconnect(c) => {
+                let c = c as usize;
+                s.budget -= 1;
+                s.late_fault |= late;
+                let cl = &mut s.clients[c];
+                cl.server = cl.server.other();
+                cl.conn += 1;
+                if !s.sessions[c].alive {
+                    // The server revalidates the session with `L` and says it expired.
+                    self.new_session(&mut s, c);
+                    return Some(s);
+                }
+                // The server revalidated the session with `L`: a touch there, and an answered
+                // heartbeat that a later `sync` proves.
+                s.sessions[c].last_touch = now;
+                cl.unproven = Some(now);
+                // Standard policy: a suspension ends the term; the contender lists again.
+                if matches!(cl.phase, Phase::Leading | Phase::First) {
+                    cl.phase = Phase::List;
+                }
+            }
+            Action::Join(c) | Action::JoinReplyLost(c) => {
+                let c = c as usize;
+                let seq = s.next_seq;
+                s.next_seq += 1;
+                s.nodes.push(Node {
+                    seq,
+                    owner: c as u8,
+                    epoch: s.sessions[c].epoch,
+                });
+                Self::touch(&mut s, c);
+                if matches!(action, Action::JoinReplyLost(_)) {
+                    s.budget -= 1;
+                    s.late_fault |= late;
+                    s.clients[c].phase = Phase::Lost;
+                } else {
+                    s.clients[c].node = Some(seq);
+                    s.clients[c].node_epoch = s.sessions[c].epoch;
+                    self.apply_listing(&mut s, c);
+                }
+            }
+            Action::Recover(c) => {
+                let c = c as usize;
+                let epoch = s.sessions[c].epoch;
+                Self::touch(&mut s, c);
+                if !self.on(Rule::ProtectedCreateAdoptsOwnNode) {
+                    s.clients[c].phase = Phase::Idle;
+                    return Some(s);
+                }
+                let adopt_any = !self.on(Rule::NoClaimFromNodeOfEarlierSession);
+                let found = s
+                    .nodes
+                    .iter()
+                    .find(|n| n.owner as usize == c && (adopt_any || n.epoch == epoch))
+                    .copied();
+                // Every other node with our prefix is deleted.
+                self.remove(&mut s, |n| {
+                    n.owner as usize == c && Some(n.seq) != found.map(|f| f.seq)
+                });
+                match found {
+                    Some(n) => {
+                        s.clients[c].node = Some(n.seq);
+                        s.clients[c].node_epoch = n.epoch;
+                        self.apply_listing(&mut s, c);
+                    }
+                    None => s.clients[c].phase = Phase::Idle,
+                }
+            }
+            Action::List(c) => {
+                let c = c as usize;
+                Self::touch(&mut s, c);
+                self.apply_listing(&mut s, c);
+            }
+            Action::Claim(c) => {
+                let c = c as usize;
+                let cl = &s.clients[c];
+                // Events already delivered are seen before the next step: a node that is gone
+                // fired the watch on it.
+                let view = self.view(&s, cl.server);
+                if !cl.node.is_some_and(|own| view.iter().any(|n| n.seq == own)) {
+                    s.clients[c].node = None;
+                    s.clients[c].phase = Phase::Idle;
+                    return Some(s);
+                }
+                let own_session = cl.node_epoch == s.sessions[c].epoch;
+                if !own_session && self.on(Rule::NoClaimFromNodeOfEarlierSession) {
+                    // The node of an earlier session is deleted and replaced.
+                    if let Some(n) = cl.node {
+                        self.delete(&mut s, n);
+                    }
+                    s.clients[c].node = None;
+                    s.clients[c].phase = Phase::Idle;
+                    return Some(s);
+                }
+                self.begin_term(&mut s, c);
+            }
+            Action::PredDeleted(c) => {
+                let c = c as usize;
+                let cl = s.clients[c];
+                let Phase::Waiting {
+                    pred, pos1, wconn, ..
+                } = cl.phase
+                else {
+                    return None;
+                };
+                if !pos1 && self.on(Rule::ClaimOnEventOnlyAtPosition1) {
+                    s.clients[c].phase = Phase::List;
+                    return Some(s);
+                }
+                if wconn != cl.conn && self.on(Rule::ClaimOnEventNeedsSameConnection) {
+                    s.clients[c].phase = Phase::List;
+                    return Some(s);
+                }
+                // Our node's watch would have fired before the predecessor's event if our node
+                // went first (zxid order on one connection); after a reconnect the replay comes
+                // in watch order, so the poll proves nothing (the mutation above).
+                let view = self.view(&s, cl.server);
+                let mut own_present = cl.node.is_some_and(|own| view.iter().any(|n| n.seq == own));
+                if self.config.late_own_event {
+                    // Only a deletion of our node before the predecessor's is sure to be seen.
+                    let at = |seq: u8| s.deleted.iter().position(|&d| d == seq);
+                    let own_first = match (cl.node.and_then(at), at(pred)) {
+                        (Some(o), Some(p)) => o < p,
+                        (Some(_), None) => true,
+                        _ => false,
+                    };
+                    own_present = !own_first;
+                }
+                let own_known = wconn == cl.conn;
+                if !own_present && own_known && self.on(Rule::ClaimOnEventChecksOwnNode) {
+                    s.clients[c].node = None;
+                    s.clients[c].phase = Phase::Idle;
+                    return Some(s);
+                }
+                self.begin_term(&mut s, c);
+            }
+            Action::OwnNodeGone(c) => {
+                let cl = &mut s.clients[c as usize];
+                cl.node = None;
+                cl.phase = Phase::Idle;
+            }
+            Action::EndTerm(c) => {
+                s.clients[c as usize].phase = Phase::First;
+            }
+            Action::Release(c) => {
+                let c = c as usize;
+                Self::touch(&mut s, c);
+                if let Some(n) = s.clients[c].node {
+                    self.delete(&mut s, n);
+                }
+                s.clients[c].node = None;
+                s.clients[c].phase = Phase::Idle;
+            }
+            Action::SessionExpired(c) => {
+                let c = c as usize;
+                self.new_session(&mut s, c);
+            }
+        }
+        Some(s)
+    }
+
+    /// One tick: `F`'s ping replies carry its pending touches to `L` (unless it is cut off);
+    /// time advances; `L` expires every session not touched for the timeout (deleting its
+    /// ephemeral nodes); every running client sends its heartbeat: a `sync` through a server in
+    /// touch with `L`, which proves the newest earlier answered touch, or a ping to a cut-off
+    /// `F`, which proves nothing.
+    fn tick(&self, s: &mut State) {
+        if !s.cut {
+            Self::relay(s);
+        }
+        s.now += 1;
+        let now = s.now;
+        for c in 0..s.sessions.len() {
+            let sess = s.sessions[c];
+            if sess.alive && now >= sess.last_touch + TIMEOUT {
+                s.sessions[c].alive = false;
+                s.sessions[c].f_pending = false;
+                if self.on(Rule::ExpireDeletesEphemerals) {
+                    self.remove(s, |n| n.owner as usize == c && n.epoch == sess.epoch);
+                }
+            }
+        }
+        for c in 0..s.clients.len() {
+            let cl = s.clients[c];
+            if cl.frozen {
+                continue;
+            }
+            let alive = s.sessions[c].alive;
+            match (cl.server, s.cut) {
+                (Server::F, true) => {
+                    // A ping: the cut-off follower answers it from its own state.
+                    Self::touch(s, c);
+                    let cl = &mut s.clients[c];
+                    cl.unproven = Some(now);
+                    if !self.on(Rule::LeaseNeedsLaterSync) {
+                        cl.lease = cl.lease.max(now + TIMEOUT);
+                    }
+                }
+                (server, _) if alive => {
+                    if server == Server::F {
+                        // The ping replies went out on the link before the forwarded `sync`.
+                        Self::relay(s);
+                    }
+                    Self::touch(s, c);
+                    let cl = &mut s.clients[c];
+                    if let Some(j) = cl.unproven {
+                        cl.lease = cl.lease.max(j + TIMEOUT);
+                    }
+                    if !self.on(Rule::LeaseAdvancesToEarlierTouch) {
+                        cl.lease = cl.lease.max(now + TIMEOUT);
+                    }
+                    cl.unproven = Some(now);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A property the checker found violated, with the counterexample.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// The property's name.
+    pub property: &'static str,
+    /// The counterexample, one readable line per step.
+    pub steps: Vec<String>,
+}
+
+/// What one check found.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Unique states explored.
+    pub states: usize,
+    /// The greatest depth reached.
+    pub depth: usize,
+    /// Every property violated, in the order of [`Model::properties`].
+    pub violations: Vec<Violation>,
+}
+
+/// Checks the model of `config` breadth first up to `max_depth` steps. With a mutation the
+/// check stops at the first violation (the shortest counterexample, breadth first); without,
+/// it explores every state within the bound.
+pub fn check(config: Config, max_depth: usize) -> Report {
+    use stateright::{Checker, HasDiscoveries};
+    let mutated = config.mutation.is_some();
+    let model = ElectionModel::new(config);
+    let names: Vec<&'static str> = model.properties().iter().map(|p| p.name).collect();
+    let describer = model.clone();
+    let builder = model.checker().target_max_depth(max_depth);
+    let builder = if mutated {
+        builder.finish_when(HasDiscoveries::AnyFailures)
+    } else {
+        builder
+    };
+    let checker = builder.spawn_bfs().join();
+    let discoveries = checker.discoveries();
+    let mut violations = Vec::new();
+    for name in names {
+        let Some(path) = discoveries.get(name) else {
+            continue;
+        };
+        let steps = path
+            .clone()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(state, action)| action.map(|a| describer.describe(&state, &a)))
+            .collect();
+        violations.push(Violation {
+            property: name,
+            steps,
+        });
+    }
+    Report {
+        states: checker.unique_state_count(),
+        depth: checker.max_depth(),
+        violations,
+    }
+}
