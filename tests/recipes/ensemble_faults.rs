@@ -434,7 +434,10 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
             .start()
             .await
             .expect("a latch did not start");
-        latch.wait_joined(BOUND).await.expect("a latch did not join");
+        latch
+            .wait_joined(BOUND)
+            .await
+            .expect("a latch did not join");
         latches.push(latch);
     }
     let mut latches = latches.into_iter();
@@ -477,9 +480,13 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
     .await;
     let first_on_follower = cut.elapsed();
     // The quorum expires B's session; D leads.
-    let d_term = within(BOUND, "D to lead on the quorum's side", d.await_leadership())
-        .await
-        .expect("latch D failed");
+    let d_term = within(
+        BOUND,
+        "D to lead on the quorum's side",
+        d.await_leadership(),
+    )
+    .await
+    .expect("latch D failed");
     let d_led = cut.elapsed();
     assert!(d_term.is_valid());
     eprintln!(
@@ -494,10 +501,17 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
     );
 
     cluster.heal();
-    cluster.wait_whole(BOUND).await.expect("no whole ensemble after heal");
-    eventually(BOUND, "exactly one of B and D leading after heal", || async {
-        (usize::from(b.has_leadership()) + usize::from(d.has_leadership()) == 1).then_some(())
-    })
+    cluster
+        .wait_whole(BOUND)
+        .await
+        .expect("no whole ensemble after heal");
+    eventually(
+        BOUND,
+        "exactly one of B and D leading after heal",
+        || async {
+            (usize::from(b.has_leadership()) + usize::from(d.has_leadership()) == 1).then_some(())
+        },
+    )
     .await;
     assert!(d.has_leadership(), "D's term was kept through the heal");
     for latch in [&b, &d] {
