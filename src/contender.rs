@@ -643,20 +643,21 @@ async fn lead_if_owned(
     {
         return Step::Again;
     }
-    // A term begins only on a lease proven with room for its grace. The next in line has kept
-    // it proven all along; a contender that came first from further back (the line moved
-    // without it listing) starts the heartbeats now, and the first `sync` proves the session's
-    // last ping: one round trip to the quorum leader.
+    // A term begins only on a lease proven with room for its grace, and one that will be
+    // renewed before that room runs out. The next in line has kept it proven all along; a
+    // contender that came first from further back (the line moved without it listing) starts
+    // the heartbeats now, and the first `sync` proves the session's last ping: one round trip
+    // to the quorum leader. If that ping is too old for the lease to last until the first new
+    // heartbeat can be proven (a relay allowance later), the term waits for that proof.
     shared.want_lease(true);
     let lease = live.lease();
     let ahead = shared.stop_ahead();
-    let now = lease.clock().now();
-    if lease.deadline() <= now + ahead {
-        debug!(node = %own.path, "first in line: waiting for the lease to be proven before the term begins");
+    if !lease.term_may_begin(ahead) {
+        debug!(node = %own.path, "first in line: waiting for the lease to be proven, and renewable in time, before the term begins");
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return Step::Exit(Exit::Closed),
-            () = lease.until_proven_beyond(ahead) => {}
+            () = lease.until_term_may_begin(ahead) => {}
             // Any change of the connection: look again from the top.
             _ = feed.next(shared) => return Step::Again,
             () = own_node_gone(watch) => {
@@ -810,6 +811,9 @@ enum Waited {
     Step(Step),
 }
 
+/// How far back in line, by its last listing, a waiting contender keeps its lease proven.
+const LEASE_KEPT_BY_POSITIONS: usize = 2;
+
 /// Behind someone: watch only the predecessor until it goes.
 ///
 /// `position` is how many nodes were ahead of ours in the listing: when it is 1, the
@@ -826,9 +830,11 @@ async fn wait_behind(
     // Leadership is already false here (it is set false whenever a term ends), before the watch
     // is set (CURATOR-652/653).
     shared.phase_tx.send_replace(Phase::Waiting { position });
-    // The next in line keeps the session's lease proven, so that it leads on the leader's
-    // deletion without first proving it; the rest of the line needs no lease.
-    shared.want_lease(position == 1);
+    // The first two in line by this listing keep the session's lease proven: the next in line
+    // leads on the leader's deletion without first proving it, and the one behind it, which
+    // no event tells that it moved up when the leader goes, needs none either when it comes
+    // first in turn (every failover of three replicas). The rest of the line needs no lease.
+    shared.want_lease(position <= LEASE_KEPT_BY_POSITIONS);
     let predecessor_path = path::join(&shared.spec.path, predecessor);
     // Taken before any request below goes out: a change of the client's connection from here on
     // means the predecessor's event may be a replay, out of zxid order.

@@ -195,6 +195,10 @@ struct State {
     /// Boot and wall time at the last look, to see the wall clock run ahead of boot time.
     seen: (BootTime, i64),
     lost_at: Option<BootTime>,
+    /// The run of heartbeats going on now: when it began, and by when the first of them can
+    /// be proven (a relay allowance after it, see `heartbeats_began`). `None` while no
+    /// heartbeats go out (nothing needs the lease).
+    run: Option<(BootTime, BootTime)>,
 }
 
 impl State {
@@ -238,6 +242,7 @@ impl Lease {
                 void_before: BootTime::default(),
                 seen,
                 lost_at: None,
+                run: None,
             }),
             changes: watch::channel(0).0,
             clock,
@@ -428,14 +433,46 @@ impl Lease {
         }
     }
 
-    /// Completes once the lease is valid and its deadline more than `ahead` away: what a term
-    /// needs to begin. Cancel safe.
-    pub(crate) async fn until_proven_beyond(&self, ahead: Duration) {
+    /// Heartbeats go out from `at` on (something needs the lease again), and the first of
+    /// them can be proven by `provable_by` (a relay allowance after it, see [`QuorumProof`]).
+    /// Nothing changes while a run is already going on.
+    pub(crate) fn heartbeats_began(&self, at: BootTime, provable_by: BootTime) {
+        let mut state = self.lock();
+        if state.run.is_none() {
+            state.run = Some((at, provable_by));
+            drop(state);
+            self.bump();
+        }
+    }
+
+    /// No heartbeats go out any more: nothing needs the lease.
+    pub(crate) fn heartbeats_stopped(&self) {
+        self.lock().run = None;
+    }
+
+    /// Whether a term may begin now on this lease with `ahead` of room: the lease is valid
+    /// beyond `ahead`, and it will be renewed before that room is used up. A lease proven by a
+    /// heartbeat of the current run is renewed every heartbeat interval; one proven only by
+    /// what came before the run (a ping, a heartbeat of an earlier run) is renewed only once
+    /// the run's first heartbeat can be proven, a relay allowance later, and until then it
+    /// must last. Otherwise a term would begin and end by its deadline before the first
+    /// renewal: safe, but a term for nothing.
+    pub(crate) fn term_may_begin(&self, ahead: Duration) -> bool {
+        let now = self.clock.now();
+        let deadline = self.deadline_at(now);
+        let state = self.lock();
+        deadline > now + ahead
+            && state
+                .run
+                .is_some_and(|(began, by)| state.acked >= began || deadline > by + ahead)
+    }
+
+    /// Completes once [`term_may_begin`](Self::term_may_begin) holds. Cancel safe.
+    pub(crate) async fn until_term_may_begin(&self, ahead: Duration) {
         let mut changes = self.subscribe();
         let mut jumps = self.clock.jumps();
         loop {
-            let now = self.clock.now();
-            if self.deadline_at(now) > now + ahead {
+            if self.term_may_begin(ahead) {
                 return;
             }
             tokio::select! {
@@ -552,6 +589,41 @@ mod tests {
         lease.mark_lost();
         assert!(!lease.is_valid());
         assert!(lease.is_lost());
+    }
+
+    #[test]
+    fn a_term_begins_only_on_a_lease_that_lasts_until_its_heartbeats_can_renew_it() {
+        // A lease proven long ago (a ping before the run of heartbeats began) may be valid now
+        // and still run out before the run's first heartbeat can be proven: a term begun on it
+        // would end by its deadline at once.
+        let clock = TestClock::new();
+        let now = clock.clock().now();
+        let lease = Lease::new(clock.clock(), now - ms(6_000), ms(10_000), Some(ms(100)));
+        assert_eq!(lease.deadline(), now + ms(3_900));
+        assert!(!lease.term_may_begin(ms(0)), "no heartbeats go out");
+        lease.heartbeats_began(now, now + ms(4_000));
+        assert!(
+            !lease.term_may_begin(ms(0)),
+            "the lease runs out before the first heartbeat can be proven"
+        );
+        lease.advance(now - ms(5_500), 0);
+        assert!(lease.term_may_begin(ms(0)), "it lasts until then");
+        assert!(
+            !lease.term_may_begin(ms(1_000)),
+            "but not with a second of grace to spare"
+        );
+        lease.advance(now, 0);
+        assert!(
+            lease.term_may_begin(ms(1_000)),
+            "proven by the run's own heartbeat: renewed every interval from now on"
+        );
+        lease.heartbeats_began(now + ms(1), now + ms(9_000));
+        assert!(
+            lease.term_may_begin(ms(1_000)),
+            "a run already going on is not restarted"
+        );
+        lease.heartbeats_stopped();
+        assert!(!lease.term_may_begin(ms(1_000)), "no heartbeats go out");
     }
 
     #[test]

@@ -210,8 +210,15 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 close_client(client, shared.config.connection_timeout).await;
                 return;
             }
-            EndOfSession::GaveUp => {
-                warn!(session_id = %hex(session_id), "the client gave up on the session without the servers saying it expired; resuming it with a new client (it is lost only if the servers say so)");
+            EndOfSession::GaveUp | EndOfSession::Expired => {
+                if end == EndOfSession::GaveUp {
+                    warn!(session_id = %hex(session_id), "the client gave up on the session without the servers saying it expired; resuming it with a new client (it is lost only if the servers say so)");
+                } else {
+                    // Ask again before believing it (see `doubt`): resume the session with a
+                    // new client, as if the client had given up on it; the answer to that
+                    // decides (a second "expired" loses the session).
+                    doubted = true;
+                }
                 if next_state(state, ClientSignal::Disconnected, false).is_some() {
                     state = Some(ConnectionState::Suspended);
                     publish(
@@ -228,39 +235,9 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                     timeout,
                 });
                 drop(client);
-            }
-            EndOfSession::Expired if !doubted => {
-                // Ask again before believing it (see `doubt`): resume the session with a new
-                // client, as if the client had given up on it.
-                doubted = true;
-                if next_state(state, ClientSignal::Disconnected, false).is_some() {
-                    state = Some(ConnectionState::Suspended);
-                    publish(
-                        &shared,
-                        ConnectionState::Suspended,
-                        Some(session_id),
-                        epoch,
-                        false,
-                    );
+                if doubted {
+                    doubt(&shared, tick).await;
                 }
-                resume = Some(Resume {
-                    info: client.session().clone(),
-                    lease,
-                    timeout,
-                });
-                drop(client);
-                doubt(&shared, tick).await;
-            }
-            EndOfSession::Expired => {
-                doubted = false;
-                lose(
-                    &shared,
-                    &mut state,
-                    epoch,
-                    &lease,
-                    "the servers say the session expired",
-                );
-                drop(client);
             }
             EndOfSession::Failed => {
                 lose(
@@ -398,8 +375,16 @@ async fn serve(
     let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
     tokio::pin!(next_beat);
     let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
+    // When a run of heartbeats begins, the first of them can be proven a relay allowance after
+    // its answer: a proving `sync` goes out then, not on the interval's grid (the margin
+    // stands for the answer's round trip).
+    let first_proof = relay + lease.margin();
     if wanted {
+        let now = clock.now();
+        lease.heartbeats_began(now, now + first_proof + lease.margin());
         heartbeats.push(heartbeat(live));
+    } else {
+        lease.heartbeats_stopped();
     }
     loop {
         let deadline = lease.deadline();
@@ -417,10 +402,12 @@ async fn serve(
                 wanted = true;
                 unproven = !lease.is_valid();
                 debug!(session_id = %hex(live.session_id), unproven, "the lease is needed: heartbeats resume");
+                let now = clock.now();
+                lease.heartbeats_began(now, now + first_proof + lease.margin());
                 if link == Link::Connected && heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
                     heartbeats.push(heartbeat(live));
                 }
-                next_beat.as_mut().reset(tokio::time::Instant::now() + heartbeat_interval(lease.timeout()));
+                next_beat.as_mut().reset(tokio::time::Instant::now() + first_proof);
                 continue;
             }
             // Before the client's own state: the relay reports a reconnect's negotiation before
@@ -549,6 +536,7 @@ async fn serve(
                 wanted = demand.wanted(linger);
                 if !wanted {
                     unproven = false;
+                    lease.heartbeats_stopped();
                 } else if heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
                     heartbeats.push(heartbeat(live));
                 }

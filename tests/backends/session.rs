@@ -869,28 +869,29 @@ async fn last_ops(server: &testing::TestingServer) -> std::collections::HashMap<
 }
 
 /// The lease only where a term may need it (issue 26): a session whose only candidate waits
-/// further back than next in line sends no `sync` (ZooKeeper's own pings keep it alive, as a
-/// Curator client's do, and cost the quorum leader nothing); the leader's session and the next
-/// in line prove theirs all along. When the two ahead leave, the one from the back still leads
-/// on a proven lease. Faults: none (the steady state, then a double handover).
+/// further back than second in line sends no `sync` (ZooKeeper's own pings keep it alive, as a
+/// Curator client's do, and cost the quorum leader nothing); the leader's session and the first
+/// two in line prove theirs all along. When the three ahead leave, the one from the back still
+/// leads on a proven lease. Faults: none (the steady state, then a triple handover).
 #[tokio::test]
-async fn only_the_leader_and_the_next_in_line_prove_their_lease_and_the_rest_only_ping() {
+async fn only_the_leader_and_the_first_two_in_line_prove_their_lease_and_the_rest_only_ping() {
     if !zookeeper() {
         return;
     }
     let server = shared_server().await;
     let timeout = Duration::from_secs(2);
     let path = testing::unique_path("lease-where-needed");
-    let ss = common::sessions(server.connect_string(), 3, timeout).await;
+    let ss = common::sessions(server.connect_string(), 4, timeout).await;
     let leader = common::latch(&ss[0], &path, "leader").await;
     within(BOUND, "the first leader", leader.await_leadership())
         .await
         .unwrap();
     let next = common::latch(&ss[1], &path, "next").await;
-    let back = common::latch(&ss[2], &path, "back").await;
+    let second = common::latch(&ss[2], &path, "second").await;
+    let back = common::latch(&ss[3], &path, "back").await;
     let ids: Vec<i64> = ss.iter().map(|s| s.session_id().unwrap()).collect();
     // Over a whole session timeout: eight heartbeats of a session that proves its lease.
-    let mut synced = [false; 3];
+    let mut synced = [false; 4];
     let window = Instant::now();
     while window.elapsed() < timeout {
         let ops = last_ops(server).await;
@@ -901,12 +902,14 @@ async fn only_the_leader_and_the_next_in_line_prove_their_lease_and_the_rest_onl
     }
     assert!(synced[0], "the leader's session must prove its lease");
     assert!(synced[1], "the next in line must keep its lease proven");
+    assert!(synced[2], "the second in line must keep its lease proven");
     assert!(
-        !synced[2],
-        "a session whose candidate waits behind the next in line sent a sync"
+        !synced[3],
+        "a session whose candidate waits behind the second in line sent a sync"
     );
     leader.close().await.unwrap();
     next.close().await.unwrap();
+    second.close().await.unwrap();
     let term = within(
         BOUND,
         "the candidate from the back to lead",
@@ -919,6 +922,6 @@ async fn only_the_leader_and_the_next_in_line_prove_their_lease_and_the_rest_onl
         "a term must begin on a proven lease: {:?}",
         term.end_reason()
     );
-    assert!(ss[2].safe_until() > ss[2].clock().now());
+    assert!(ss[3].safe_until() > ss[3].clock().now());
     back.close().await.unwrap();
 }

@@ -393,10 +393,10 @@ async fn one_way_cut_to_the_follower_leader_ends_its_term_before_the_successor_s
     .await;
 }
 
-/// A cold claim: a candidate whose lease ran down (it was third in line, so nothing needed its
+/// A cold claim: a candidate whose lease ran down (it was fourth in line, so nothing needed its
 /// lease) comes first on a follower that can no longer send to the quorum leader
 /// (`cut_one_way(follower, leader)`). The follower still receives the leader's commits, so B sees
-/// A and C leave and lists itself first; but its `sync` cannot reach the leader, so nothing
+/// A, C and E leave and lists itself first; but its `sync` cannot reach the leader, so nothing
 /// proves its lease and it must not lead. The quorum meanwhile expires B's session (its touches
 /// do not reach the leader either) and D, on the quorum's side, leads. B must not have led at
 /// any time before the heal. Without the rule "a term begins only on a lease proven with room"
@@ -423,12 +423,13 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
 
     let sa = session(&cluster, &quorum_side).await;
     let sc = session(&cluster, &quorum_side).await;
+    let se = session(&cluster, &quorum_side).await;
     let sb = session(&cluster, &[follower]).await;
     let sd = session(&cluster, &quorum_side).await;
     // Reads on the follower's view, as B's contender sees it.
     let on_follower = session(&cluster, &[follower]).await;
     let mut latches = Vec::new();
-    for (s, id) in [(&sa, "a"), (&sc, "c"), (&sb, "b"), (&sd, "d")] {
+    for (s, id) in [(&sa, "a"), (&sc, "c"), (&se, "e"), (&sb, "b"), (&sd, "d")] {
         let latch = LeaderLatch::builder(s, &path)
             .id(id)
             .start()
@@ -441,7 +442,8 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
         latches.push(latch);
     }
     let mut latches = latches.into_iter();
-    let (a, c, b, d) = (
+    let (a, c, e, b, d) = (
+        latches.next().unwrap(),
         latches.next().unwrap(),
         latches.next().unwrap(),
         latches.next().unwrap(),
@@ -452,7 +454,7 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
         .expect("latch A failed");
     let b_node = b.our_path().expect("B has a node");
     let b_name = b_node.rsplit('/').next().unwrap_or_default().to_owned();
-    // B was third when it joined and has not listed since: nothing needs its lease, which runs
+    // B was fourth when it joined and has not listed since: nothing needs its lease, which runs
     // down one session timeout after its session began (its pings prove nothing without a
     // later `sync`). The wait is the lease's length, not a wait for an event.
     tokio::time::sleep(SESSION_TIMEOUT * 2).await;
@@ -468,6 +470,7 @@ async fn a_cold_claim_on_a_follower_cut_from_the_leader_waits_for_a_quorum_proof
     cluster.cut_one_way(follower, leader).unwrap();
     let cut = Instant::now();
     c.close().await.expect("C did not close");
+    e.close().await.expect("E did not close");
     a.close().await.expect("A did not close");
     // The follower still applies the leader's commits: B is first in the view B lists from.
     let client = on_follower.client().expect("no client on the follower");
