@@ -372,13 +372,17 @@ async fn serve(
     // to report; the first proof ends it.
     let mut unproven = false;
     let mut timer = BootTimer::new(clock.clone());
-    let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
-    tokio::pin!(next_beat);
     let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
     // When a run of heartbeats begins, the first of them can be proven a relay allowance after
     // its answer: a proving `sync` goes out then, not on the interval's grid (the margin
     // stands for the answer's round trip).
     let first_proof = relay + lease.margin();
+    let next_beat = tokio::time::sleep(if wanted {
+        first_proof
+    } else {
+        heartbeat_interval(timeout)
+    });
+    tokio::pin!(next_beat);
     if wanted {
         let now = clock.now();
         lease.heartbeats_began(now, now + first_proof + lease.margin());
