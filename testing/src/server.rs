@@ -135,6 +135,9 @@ enum Inner {
     Process {
         node: ServerNode,
         start_timeout: Duration,
+        /// The client port, held from other binds (this and other processes') for the server's
+        /// life, so that a restart finds it free.
+        _port: process::ReservedPort,
         _dir: tempfile::TempDir,
     },
     #[cfg(feature = "docker")]
@@ -155,10 +158,10 @@ async fn start_process(settings: &Settings) -> Result<Inner> {
     let common = settings.common_config()?;
     let mut last_err = None;
     for attempt in 1..=START_ATTEMPTS {
-        let port = process::free_ports(1)?
-            .first()
-            .copied()
-            .ok_or_else(|| HarnessError::Unsupported("no free port"))?;
+        let reserved = process::reserve_ports(1)?
+            .pop()
+            .ok_or(HarnessError::Unsupported("no free port"))?;
+        let port = reserved.port();
         let mut text = common.clone();
         let _ = write!(text, "dataDir={}\nclientPort={port}\n", data_dir.display());
         std::fs::write(&config, text).map_err(HarnessError::io("writing zoo.cfg"))?;
@@ -181,6 +184,7 @@ async fn start_process(settings: &Settings) -> Result<Inner> {
                 return Ok(Inner::Process {
                     node,
                     start_timeout: settings.start_timeout,
+                    _port: reserved,
                     _dir: dir,
                 });
             }
