@@ -24,8 +24,9 @@ pub enum Backend {
 /// `/usr/share/java`) with Java; else Docker (feature `docker`) if an engine answers and the
 /// image `ZKR_ZOOKEEPER_IMAGE` is there or can be pulled; else, with the crate feature
 /// `provision`, it installs Debian's packages when it may (Debian/Ubuntu, root or password-less
-/// sudo, no `ZKR_NO_INSTALL=1`) and runs local processes. It prints the choice to stderr when it is not
-/// the first one.
+/// sudo, no `ZKR_NO_INSTALL=1`) and runs local processes. It prints the choice to stderr when it
+/// is not the first one. `process` takes the same steps without Docker: a local ZooKeeper, else
+/// an installation of Debian's packages.
 ///
 /// # Errors
 ///
@@ -35,10 +36,7 @@ pub enum Backend {
 /// [`HarnessError::Io`] when an installation was tried and failed.
 pub fn backend() -> Result<Backend> {
     match std::env::var("ZKR_TEST_BACKEND") {
-        Ok(v) if v.eq_ignore_ascii_case("process") => {
-            Installation::discover()?;
-            Ok(Backend::Process)
-        }
+        Ok(v) if v.eq_ignore_ascii_case("process") => chosen_backend(false),
         Ok(v) if v.eq_ignore_ascii_case("docker") => {
             if cfg!(feature = "docker") {
                 Ok(Backend::Docker)
@@ -47,7 +45,7 @@ pub fn backend() -> Result<Backend> {
             }
         }
         Ok(v) if !v.is_empty() => Err(HarnessError::UnknownBackend(v)),
-        _ => auto_backend(),
+        _ => chosen_backend(true),
     }
 }
 
@@ -55,7 +53,11 @@ pub fn backend() -> Result<Backend> {
 /// `default-jre` in), and a headless Java runtime.
 const ZOOKEEPER_PACKAGES: &[&str] = &["libzookeeper-java", "default-jre-headless"];
 
-fn auto_backend() -> Result<Backend> {
+/// A local ZooKeeper, else (when `docker_allowed`) Docker, else an installation of Debian's
+/// packages where the `provision` feature allows it: `ZKR_TEST_BACKEND=process` asks for the
+/// first and the last only, so that CI can insist on local servers (and on their installation)
+/// while an image is being built beside it.
+fn chosen_backend(docker_allowed: bool) -> Result<Backend> {
     // Decided once per process, under a lock so that concurrent tests do not each probe Docker
     // or print the choice: `Some(None)` records that nothing worked (the local installation's
     // error is then returned again, cheaply, without another `docker pull` or install).
@@ -73,7 +75,7 @@ fn auto_backend() -> Result<Backend> {
         }
         Err(local) => local,
     };
-    if docker_ready() {
+    if docker_allowed && docker_ready() {
         provision::say(format_args!(
             "zookeeper-recipes test harness: no local ZooKeeper ({local}); using Docker containers of {}",
             docker_image()
