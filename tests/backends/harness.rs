@@ -818,9 +818,15 @@ const SYNC_LIMIT: u32 = 5;
 
 /// A 3-server ensemble on a 200 ms tick whose peers talk only through their link proxies.
 async fn partitionable_cluster() -> TestingCluster {
+    partitionable_cluster_parting_after(SYNC_LIMIT).await
+}
+
+/// As [`partitionable_cluster`], with followers and their leader parting after `sync_limit`
+/// ticks.
+async fn partitionable_cluster_parting_after(sync_limit: u32) -> TestingCluster {
     let cluster = TestingCluster::builder()
         .tick_time(TICK)
-        .sync_limit(SYNC_LIMIT)
+        .sync_limit(sync_limit)
         .start()
         .await
         .expect("ensemble did not start");
@@ -1304,7 +1310,12 @@ async fn cut_one_way_passes_the_leaders_bytes_and_holds_the_followers() {
         return;
     }
     let _turn = OWN_JVMS.lock().await;
-    let cluster = partitionable_cluster().await;
+    // The follower applies the leader's commits only until the leader gives it up, `syncLimit`
+    // after the cut: 3 s here, so that a write through the others is seen inside that window
+    // even when the machine (and the write's round trip) is slow.
+    let sync_limit = 15;
+    let window = TICK * sync_limit;
+    let cluster = partitionable_cluster_parting_after(sync_limit).await;
     let leader = settled_leader(&cluster, &[0, 1, 2], "a settled ensemble").await;
     let follower = (leader + 1) % 3;
     let other = (leader + 2) % 3;
@@ -1327,19 +1338,19 @@ async fn cut_one_way_passes_the_leaders_bytes_and_holds_the_followers() {
     // Leader -> follower flows: a write through the others shows up on the follower.
     let written = write_through(&client, &root, "the others during the one-way cut").await;
     let seen = until(
-        Duration::from_secs(5),
+        window,
         "the follower to apply a write the leader committed after the cut",
         || async { matches!(pinned.check_stat(&written).await, Ok(Some(_))) },
     )
     .await;
     assert!(
-        seen - cut < TICK * SYNC_LIMIT,
+        seen - cut < window,
         "the write reached the follower only after it could have rejoined"
     );
     // Follower -> leader is held: a write through the follower is not answered.
     let own = format!("{root}/through-the-follower");
     let forwarded = pinned.create(&own, b"", &persistent());
-    match tokio::time::timeout(TICK * SYNC_LIMIT / 2, forwarded).await {
+    match tokio::time::timeout(window / 2, forwarded).await {
         Err(_) => {}
         Ok(r) => panic!("a write forwarded over the cut direction was answered: {r:?}"),
     }

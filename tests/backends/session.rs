@@ -251,10 +251,11 @@ async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_
         .await
         .unwrap();
 
-    // Requests reach the server at once, replies wait 2 s in the proxy (time to see the node even
-    // on a loaded machine). Cutting as soon as the server has the node (another session sees it)
-    // loses the reply of a create that the server has applied.
-    proxy.delay_replies(Duration::from_secs(2));
+    // Requests reach the server at once, replies wait 6 s in the proxy (time to see the node even
+    // on a loaded machine: 2 s were not, with the Docker backend beside another suite). Cutting
+    // as soon as the server has the node (another session sees it) loses the reply of a create
+    // that the server has applied; the heal ends the delay.
+    proxy.delay_replies(Duration::from_secs(6));
     let latch = LeaderLatch::builder(&s, &path)
         .id("cut")
         .start()
@@ -266,7 +267,7 @@ async fn connection_cut_during_a_protected_create_leaves_exactly_one_node_owned_
     .await;
     assert!(
         proxy.held_replies() > 0,
-        "the create's reply passed before the cut: the 2 s delay did not hold it"
+        "the create's reply passed before the cut: the 6 s delay did not hold it"
     );
     let cut_ms = wall_ms();
     proxy.cut();
@@ -746,7 +747,7 @@ async fn a_create_whose_reply_is_lost_is_adopted_after_the_session_moves_to_anot
     .await;
     assert!(
         proxies[a].held_replies() > 0,
-        "the create's reply passed before the cut: the 2 s delay did not hold it"
+        "the create's reply passed before the cut: the 6 s delay did not hold it"
     );
     proxies[a].cut();
     eventually(
