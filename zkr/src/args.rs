@@ -11,9 +11,18 @@ use zookeeper_recipes::job::Schedule;
 use crate::Fail;
 use crate::conn::Conn;
 
+/// `zkr --version`: the package version and the commit it was built from (build.rs: `git
+/// describe`, `$ZKR_COMMIT`, or `unknown`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ZKR_COMMIT"),
+    ")"
+);
+
 /// Apache Curator's ZooKeeper recipes from the shell: leader latches, singleton commands, locks.
 #[derive(Debug, Parser)]
-#[command(name = "zkr", version, after_long_help = include_str!("../HELP.md"))]
+#[command(name = "zkr", version = VERSION, after_long_help = include_str!("../HELP.md"))]
 pub(crate) struct Cli {
     /// ZooKeeper connect string `host:port[,host:port...][/chroot]` [default: $ZK_CONNECT, else
     /// 127.0.0.1:2181]
