@@ -157,6 +157,8 @@ struct Introduce {
 
 /// Between two looks for this replica's node in its election.
 const INTRODUCE_EVERY: Duration = Duration::from_millis(100);
+/// How long one look may take; one that takes longer is given up and taken again later.
+const LOOK_BOUND: Duration = Duration::from_secs(1);
 
 impl Introduce {
     fn new() -> Introduce {
@@ -172,6 +174,12 @@ impl Introduce {
     fn again(&mut self) {
         self.at = Some(tokio::time::Instant::now() + INTRODUCE_EVERY);
         self.left = 100;
+    }
+
+    /// After a look that took too long: another one a second later, while looks are left.
+    fn later(&mut self) {
+        self.left = self.left.saturating_sub(10);
+        self.at = (self.left > 0).then(|| tokio::time::Instant::now() + LOOK_BOUND);
     }
 
     async fn due(&self) {
@@ -347,7 +355,10 @@ pub(crate) async fn cron_run(
     // Before this replica can lead and record its own schedule: a different one is a mistake
     // until proven otherwise (the leader's schedule wins, and a failover changes it).
     match JobAdmin::new(&session, &args.path) {
-        Ok(admin) => match admin.status().await {
+        Ok(admin) => match tokio::time::timeout(session_timeout, admin.status())
+            .await
+            .unwrap_or(Err(zookeeper_recipes::Error::ConnectionLoss))
+        {
             Ok(status) => {
                 if let Some(recorded) = status.schedule.filter(|r| *r != spec) {
                     Out::Stderr.warning(
@@ -568,8 +579,13 @@ pub(crate) async fn cron_run(
             },
             Some(status) = states.next() => out.state(&status, &id, terms.path()),
             () = introduce.due() => {
+                // Bounded: the loop also handles signals and slots, and a read while the
+                // connection is down would wait for it.
                 let leading = leadership.borrow().is_some();
-                introduce.look(&session, &args.path, &id, leading).await;
+                let look = introduce.look(&session, &args.path, &id, leading);
+                if tokio::time::timeout(LOOK_BOUND, look).await.is_err() {
+                    introduce.later();
+                }
             }
             _ = check.tick() => {
                 if let Some(f) = job_stopped(&job) {
