@@ -138,6 +138,28 @@ fn field_out_of_range(expression: &str) -> Option<String> {
             }
         }
     }
+    // Not a number out of range: find the field croner refuses on its own, each put in turn
+    // into an expression that is valid otherwise.
+    let base: Vec<&str> = match fields.len() {
+        5 => vec!["0", "0", "1", "1", "*"],
+        _ => vec!["0", "0", "0", "1", "1", "*"],
+    };
+    for (i, (field, (name, lo, hi))) in fields.iter().zip(&layout).enumerate() {
+        let mut probe = base.clone();
+        probe[i] = field;
+        if let Err(e) = Cron::from_str(&probe.join(" ")) {
+            let names = match *name {
+                "month" => " or JAN-DEC",
+                "day-of-week" => " or SUN-SAT",
+                _ => "",
+            };
+            return Some(format!(
+                "{name} (field {} of {}) {field:?} is refused, allowed {lo}-{hi}{names} (croner: {e})",
+                i + 1,
+                fields.len()
+            ));
+        }
+    }
     None
 }
 
@@ -519,6 +541,18 @@ mod tests {
             ),
             ("0 2 * *", "4 fields: give five fields"),
             ("0 0 2 * * * 2027", "7 fields: give five fields"),
+            (
+                "0 2 * * MON-FRX",
+                "day-of-week (field 5 of 5) \"MON-FRX\" is refused, allowed 0-7 or SUN-SAT",
+            ),
+            (
+                "0 2 * JANUAR *",
+                "month (field 4 of 5) \"JANUAR\" is refused",
+            ),
+            (
+                "0 x * * *",
+                "hour (field 2 of 5) \"x\" is refused, allowed 0-23",
+            ),
         ] {
             match Schedule::cron(expr, "UTC") {
                 Err(e @ Error::InvalidSchedule { .. }) => {
