@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::job::{
     CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SlotRun,
 };
-use zookeeper_recipes::{Leadership, Participant, Session, SessionStatus, participants_on};
+use zookeeper_recipes::{
+    LeaderObserver, Leadership, ObserverEvent, Participant, Session, SessionStatus, participants_on,
+};
 
 use crate::Fail;
 use crate::args::{CatchUpArg, CronCommand, CronNextArgs, CronRunArgs, OnCrashArg, OverlapArg};
@@ -463,6 +465,21 @@ pub(crate) async fn cron_run(
     // When to look at the election next (to say that this replica stands by, and to find a
     // duplicate id), and how many more looks before giving up on seeing our node.
     let mut introduce = Introduce::new();
+    // Who leads, so that a replica that stands by says so again when the leader changes.
+    let observer = match LeaderObserver::builder(&session, format!("{}/leader", args.path))
+        .start()
+        .await
+    {
+        Ok(observer) => Some(observer),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot follow the job's leader; standby lines only at start");
+            None
+        }
+    };
+    let mut observed: Pin<Box<dyn Stream<Item = ObserverEvent> + Send>> = match &observer {
+        Some(o) => Box::pin(o.events()),
+        None => Box::pin(futures::stream::pending()),
+    };
 
     loop {
         let term_end = terms.live().map(Leadership::cancelled);
@@ -578,6 +595,11 @@ pub(crate) async fn cron_run(
                 None => events_open = false,
             },
             Some(status) = states.next() => out.state(&status, &id, terms.path()),
+            Some(event) = observed.next() => {
+                if !matches!(event, ObserverEvent::State(_)) {
+                    introduce.again();
+                }
+            }
             () = introduce.due() => {
                 // Bounded: the loop also handles signals and slots, and a read while the
                 // connection is down would wait for it.
@@ -640,6 +662,9 @@ pub(crate) async fn cron_run(
     }
     print_arrived(&mut events);
     terms.follow(None);
+    if let Some(observer) = &observer {
+        let _ = tokio::time::timeout(LOOK_BOUND, observer.close()).await;
+    }
     close_session(&session).await;
     if let Some(Err(e)) = closed {
         failure.get_or_insert(Fail::new(format!("closing the job failed: {e}")));

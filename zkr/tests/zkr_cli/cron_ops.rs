@@ -257,12 +257,25 @@ async fn standby_replicas_say_so_and_status_and_cron_participants_list_the_line(
     assert_eq!(status["participants"], expected, "{status}");
     assert_eq!(status["leader"], "a", "{status}");
 
-    // a leaves: b leads (its `leader` line); a new c stands by behind b.
-    stop(&mut a).await;
-    b.wait_for("leader", BOUND, "b did not take over").await;
+    // c stands by behind a and b; a leaves: b leads (its `leader` line), and c says that it
+    // now stands by behind b.
     let mut c = replica(connect, "c", &[], &path, &["--every", "1h"], "true");
     let standby = c.wait_for("standby", BOUND, "c did not stand by").await;
-    assert_eq!(standby.str("leader"), "b", "{}", standby.json);
+    assert_eq!(standby.str("leader"), "a", "{}", standby.json);
+    assert_eq!(standby.int("position"), 2, "{}", standby.json);
+    stop(&mut a).await;
+    b.wait_for("leader", BOUND, "b did not take over").await;
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let standby = c
+            .wait_for("standby", left, "c did not say that b leads now")
+            .await;
+        if standby.json["leader"] == "b" {
+            assert_eq!(standby.int("position"), 1, "{}", standby.json);
+            break;
+        }
+    }
     stop(&mut c).await;
     stop(&mut b).await;
 }
