@@ -73,6 +73,96 @@ impl PartialEq for Schedule {
 
 impl Eq for Schedule {}
 
+/// The fields of a cron expression, as the errors name them.
+const LAYOUT: &str =
+    "five fields: minute hour day-of-month month day-of-week, or six with second first";
+
+/// The fields of a five-field expression: name and allowed numbers.
+const FIELDS: [(&str, u32, u32); 5] = [
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 7),
+];
+
+/// Why `expression` (not a `@nickname`) has the wrong number of fields, if it does: five or
+/// six, as documented (croner would also take a seventh, a year, which the docs do not offer).
+fn wrong_field_count(expression: &str) -> Option<String> {
+    if expression.starts_with('@') {
+        return None;
+    }
+    let n = expression.split_whitespace().count();
+    (n != 5 && n != 6).then(|| format!("{n} fields: give {LAYOUT}"))
+}
+
+/// The first field of `expression` that holds a number outside its range, named with its
+/// range: `minute (field 1 of 5) must be within 0-59, not 61`.
+fn field_out_of_range(expression: &str) -> Option<String> {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    let layout: Vec<(&str, u32, u32)> = match fields.len() {
+        5 => FIELDS.to_vec(),
+        6 => std::iter::once(("second", 0, 59)).chain(FIELDS).collect(),
+        _ => return None,
+    };
+    for (i, (field, (name, lo, hi))) in fields.iter().zip(&layout).enumerate() {
+        for item in field.split(',') {
+            let (range, step) = match item.split_once('/') {
+                Some((range, step)) => (range, Some(step)),
+                None => (item, None),
+            };
+            let bad = |value: &str| {
+                format!(
+                    "{name} (field {} of {}) must be within {lo}-{hi}, not {value}",
+                    i + 1,
+                    fields.len()
+                )
+            };
+            for end in range.split('-') {
+                if !end.is_empty()
+                    && end.bytes().all(|b| b.is_ascii_digit())
+                    && end.parse::<u32>().map_or(true, |v| v < *lo || v > *hi)
+                {
+                    return Some(bad(end));
+                }
+            }
+            if let Some(step) = step
+                && step.bytes().all(|b| b.is_ascii_digit())
+                && step.parse::<u32>().map_or(true, |v| v == 0 || v > *hi)
+            {
+                return Some(format!(
+                    "{name} (field {} of {}): the step /{step} must be within 1-{hi}",
+                    i + 1,
+                    fields.len()
+                ));
+            }
+        }
+    }
+    // Not a number out of range: find the field croner refuses on its own, each put in turn
+    // into an expression that is valid otherwise.
+    let base: Vec<&str> = match fields.len() {
+        5 => vec!["0", "0", "1", "1", "*"],
+        _ => vec!["0", "0", "0", "1", "1", "*"],
+    };
+    for (i, (field, (name, lo, hi))) in fields.iter().zip(&layout).enumerate() {
+        let mut probe = base.clone();
+        probe[i] = field;
+        if let Err(e) = Cron::from_str(&probe.join(" ")) {
+            let names = match *name {
+                "month" => " or JAN-DEC",
+                "day-of-week" => " or SUN-SAT",
+                _ => "",
+            };
+            return Some(format!(
+                "{name} (field {} of {}) {field:?} is refused, allowed {lo}-{hi}{names} (croner: {e})",
+                i + 1,
+                fields.len()
+            ));
+        }
+    }
+    None
+}
+
 fn invalid(what: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidSchedule {
         what,
@@ -89,8 +179,16 @@ impl Schedule {
     /// and for a zone that is not in the IANA database.
     pub fn cron(expression: &str, zone: &str) -> Result<Schedule> {
         let expression = expression.trim();
-        let cron = Cron::from_str(expression)
-            .map_err(|e| invalid("cron expression", format!("{expression:?}: {e}")))?;
+        if let Some(wrong) = wrong_field_count(expression) {
+            return Err(invalid(
+                "cron expression",
+                format!("{expression:?}: {wrong}"),
+            ));
+        }
+        let cron = Cron::from_str(expression).map_err(|e| {
+            let why = field_out_of_range(expression).unwrap_or_else(|| format!("{e} ({LAYOUT})"));
+            invalid("cron expression", format!("{expression:?}: {why}"))
+        })?;
         let zone = Tz::from_str(zone.trim())
             .map_err(|_| invalid("time zone", format!("{zone:?} is not an IANA time zone")))?;
         let schedule = Schedule {
@@ -408,6 +506,69 @@ mod tests {
         assert_eq!(Schedule::key(half), "2026-12-03T02:00:00.500Z");
         assert_eq!(Schedule::parse_key(&Schedule::key(half)), Some(half));
         assert_eq!(Schedule::parse_key("trigger-1"), None);
+    }
+
+    #[test]
+    fn cron_errors_name_the_field_and_its_range_and_the_count_is_five_or_six() {
+        for (expr, says) in [
+            (
+                "61 * * * *",
+                "minute (field 1 of 5) must be within 0-59, not 61",
+            ),
+            (
+                "0 24 * * *",
+                "hour (field 2 of 5) must be within 0-23, not 24",
+            ),
+            (
+                "0 2 0 * *",
+                "day-of-month (field 3 of 5) must be within 1-31, not 0",
+            ),
+            (
+                "0 2 * 1-13 *",
+                "month (field 4 of 5) must be within 1-12, not 13",
+            ),
+            (
+                "0 2 * * 8",
+                "day-of-week (field 5 of 5) must be within 0-7, not 8",
+            ),
+            (
+                "60 0 2 * * *",
+                "second (field 1 of 6) must be within 0-59, not 60",
+            ),
+            (
+                "*/0 * * * *",
+                "minute (field 1 of 5): the step /0 must be within 1-59",
+            ),
+            ("0 2 * *", "4 fields: give five fields"),
+            ("0 0 2 * * * 2027", "7 fields: give five fields"),
+            (
+                "0 2 * * MON-FRX",
+                "day-of-week (field 5 of 5) \"MON-FRX\" is refused, allowed 0-7 or SUN-SAT",
+            ),
+            (
+                "0 2 * JANUAR *",
+                "month (field 4 of 5) \"JANUAR\" is refused",
+            ),
+            (
+                "0 x * * *",
+                "hour (field 2 of 5) \"x\" is refused, allowed 0-23",
+            ),
+        ] {
+            match Schedule::cron(expr, "UTC") {
+                Err(e @ Error::InvalidSchedule { .. }) => {
+                    assert!(e.to_string().contains(says), "{expr:?}: {e}");
+                }
+                other => panic!("{expr:?}: {other:?}"),
+            }
+        }
+        for ok in [
+            "0 2 * * 7",
+            "@daily",
+            "0 0 2 * * MON-FRI",
+            "*/15 9-17 * * 1-5",
+        ] {
+            assert!(Schedule::cron(ok, "UTC").is_ok(), "{ok:?}");
+        }
     }
 
     #[test]

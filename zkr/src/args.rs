@@ -11,9 +11,18 @@ use zookeeper_recipes::job::Schedule;
 use crate::Fail;
 use crate::conn::Conn;
 
+/// `zkr --version`: the package version and the commit it was built from (build.rs: `git
+/// describe`, `$ZKR_COMMIT`, or `unknown`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ZKR_COMMIT"),
+    ")"
+);
+
 /// Apache Curator's ZooKeeper recipes from the shell: leader latches, singleton commands, locks.
 #[derive(Debug, Parser)]
-#[command(name = "zkr", version, after_long_help = include_str!("../HELP.md"))]
+#[command(name = "zkr", version = VERSION, after_long_help = include_str!("../HELP.md"))]
 pub(crate) struct Cli {
     /// ZooKeeper connect string `host:port[,host:port...][/chroot]` [default: $ZK_CONNECT, else
     /// 127.0.0.1:2181]
@@ -30,6 +39,17 @@ pub(crate) struct Cli {
     /// always safe; a smaller one than the servers' is not
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, global = true)]
     pub(crate) server_tick_time: Option<Duration>,
+
+    /// How long to wait for a ZooKeeper server to answer when connecting: one-shot commands
+    /// then fail (exit 69), `cron run` tries again with a backoff
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration,
+        default_value = "15s", global = true)]
+    pub(crate) connect_timeout: Duration,
+
+    /// Write the event lines that go to stderr (`run`, `lock`, `cron run`) to FILE instead
+    /// (appended), so that CMD's own stderr stays apart from them
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) events: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -197,6 +217,14 @@ pub(crate) enum CronCommand {
         #[arg(value_parser = parse_cron_path)]
         path: String,
     },
+    /// The job's participants (its election, PATH/leader) as a JSON array, in election order
+    Participants {
+        /// Job path (absolute, or a name under /cron)
+        #[arg(value_parser = parse_cron_path)]
+        path: String,
+    },
+    /// Preview a schedule's next slots and their keys, without ZooKeeper (one line each)
+    Next(CronNextArgs),
     /// Resolve a parked slot: `--done` records it succeeded, `--rerun` has the leader run it again
     Resolve {
         /// Job path (absolute, or a name under /cron)
@@ -207,6 +235,64 @@ pub(crate) enum CronCommand {
         #[command(flatten)]
         resolution: ResolutionArg,
     },
+}
+
+impl CronCommand {
+    /// The job an admin command reads or steers (none for `run` and `next`).
+    pub(crate) fn path(&self) -> Option<&str> {
+        match self {
+            CronCommand::History { path, .. }
+            | CronCommand::Status { path }
+            | CronCommand::Trigger { path }
+            | CronCommand::Pause { path }
+            | CronCommand::Resume { path }
+            | CronCommand::Participants { path }
+            | CronCommand::Resolve { path, .. } => Some(path),
+            CronCommand::Run(_) | CronCommand::Next(_) => None,
+        }
+    }
+}
+
+/// `zkr cron next`: a schedule as `cron run` takes it, and how many slots to show.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("schedule").required(true).args(["every", "cron"])))]
+pub(crate) struct CronNextArgs {
+    /// Slots every DURATION, on the Unix epoch's grid
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) every: Option<Duration>,
+    /// Slots at the instants of a cron expression in --tz (five fields, or six with seconds
+    /// first)
+    #[arg(long, value_name = "EXPR")]
+    pub(crate) cron: Option<String>,
+    /// The IANA time zone of --cron [default: UTC]
+    #[arg(long, value_name = "ZONE", conflicts_with = "every")]
+    pub(crate) tz: Option<String>,
+    /// How many slots to show
+    #[arg(long, value_name = "N", default_value_t = 5,
+        value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) count: u32,
+    /// Show the slots after this instant (RFC 3339, e.g. 2027-03-28T00:00:00Z) [default: now]
+    #[arg(long, value_name = "INSTANT", value_parser = parse_instant_ms)]
+    pub(crate) after: Option<i64>,
+    /// One JSON object per slot instead of a human line
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+impl CronNextArgs {
+    /// The schedule, checked as `cron run` checks it.
+    pub(crate) fn schedule(&self) -> Result<Schedule, Fail> {
+        build_schedule(self.cron.as_deref(), self.tz.as_deref(), self.every)
+    }
+}
+
+/// An RFC 3339 instant as milliseconds since the Unix epoch.
+fn parse_instant_ms(s: &str) -> Result<i64, String> {
+    let t = humantime::parse_rfc3339_weak(s).map_err(|e| e.to_string())?;
+    let since = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| "before the Unix epoch".to_owned())?;
+    i64::try_from(since.as_millis()).map_err(|_| "too far in the future".to_owned())
 }
 
 /// `--done` or `--rerun`, exactly one.
@@ -288,13 +374,27 @@ pub(crate) enum OnCrashArg {
 impl CronRunArgs {
     /// The schedule, checked before anything connects (the typed error's text on failure).
     pub(crate) fn schedule(&self) -> Result<Schedule, Fail> {
-        let schedule = match (&self.cron, self.every) {
-            (Some(expr), _) => Schedule::cron(expr, self.tz.as_deref().unwrap_or("UTC")),
-            (None, Some(period)) => Schedule::every(period),
-            (None, None) => return Err(Fail("give --every or --cron".into())),
-        };
-        schedule.map_err(|e| Fail(e.to_string()))
+        build_schedule(self.cron.as_deref(), self.tz.as_deref(), self.every)
     }
+}
+
+/// The schedule of `--cron`/`--tz` or `--every`; a refused one is a usage error (exit 2).
+fn build_schedule(
+    cron: Option<&str>,
+    tz: Option<&str>,
+    every: Option<Duration>,
+) -> Result<Schedule, Fail> {
+    let schedule = match (cron, every) {
+        (Some(expr), _) => Schedule::cron(expr, tz.unwrap_or("UTC")),
+        (None, Some(period)) => Schedule::every(period),
+        (None, None) => {
+            return Err(Fail::with_code(
+                crate::codes::USAGE,
+                "give --every or --cron",
+            ));
+        }
+    };
+    schedule.map_err(|e| Fail::with_code(crate::codes::USAGE, e.to_string()))
 }
 
 /// `--error-policy`, for the subcommands that hold a term.

@@ -12,17 +12,19 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::job::{
-    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, ScheduledJob, SlotRun,
+    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SlotRun,
 };
-use zookeeper_recipes::{Leadership, Session, SessionStatus};
+use zookeeper_recipes::{
+    LeaderObserver, Leadership, ObserverEvent, Participant, Session, SessionStatus, participants_on,
+};
 
 use crate::Fail;
-use crate::args::{CatchUpArg, CronCommand, CronRunArgs, OnCrashArg, OverlapArg};
-use crate::conn::{Conn, close_session, connect};
-use crate::output::{self, Out, print_job_event};
+use crate::args::{CatchUpArg, CronCommand, CronNextArgs, CronRunArgs, OnCrashArg, OverlapArg};
+use crate::conn::{Conn, close_session, connect, connect_patiently};
+use crate::output::{self, Event, Out, now_ms, print_job_event};
 use crate::signals::Signals;
 use crate::supervise::{self as process, Outcome, ProcessError, StopReason, SupervisedCommand};
-use crate::term::{TermReport, command_spec, exit_code, term_end_reason};
+use crate::term::{TermReport, check_command, command_spec, exit_code, term_end_reason};
 
 /// The slot key `cron run` gives CMD.
 const ENV_SLOT: &str = "ZK_SLOT";
@@ -138,9 +140,130 @@ fn print_arrived(events: &mut broadcast::Receiver<JobEvent>) {
 /// Why the job stopped standing for good, if it did.
 fn job_stopped(job: &ScheduledJob) -> Option<Fail> {
     job.is_stopped().then(|| match job.failure() {
-        Some(e) => Fail(format!("the scheduled job stopped: {e}")),
-        None => Fail("the scheduled job stopped unexpectedly".into()),
+        Some(e) => Fail::new(format!("the scheduled job stopped: {e}")),
+        None => Fail::new("the scheduled job stopped unexpectedly"),
     })
+}
+
+/// The looks `cron run` takes at its job's election: once its node is in, it says that it stands
+/// by (a `standby` line, unless it leads) and warns once when another participant has its id.
+/// Taken again after each of its terms ends.
+struct Introduce {
+    /// When to look next; `None` once done.
+    at: Option<tokio::time::Instant>,
+    /// Looks left before giving up on seeing this replica's node.
+    left: u32,
+    /// Whether the duplicate-id warning was written (once per process).
+    warned: bool,
+}
+
+/// Between two looks for this replica's node in its election.
+const INTRODUCE_EVERY: Duration = Duration::from_millis(100);
+/// How long one look may take; one that takes longer is given up and taken again later.
+const LOOK_BOUND: Duration = Duration::from_secs(1);
+
+impl Introduce {
+    fn new() -> Introduce {
+        let mut i = Introduce {
+            at: None,
+            left: 0,
+            warned: false,
+        };
+        i.again();
+        i
+    }
+
+    fn again(&mut self) {
+        self.at = Some(tokio::time::Instant::now() + INTRODUCE_EVERY);
+        self.left = 100;
+    }
+
+    /// After a look that took too long: another one a second later, while looks are left.
+    fn later(&mut self) {
+        self.left = self.left.saturating_sub(10);
+        self.at = (self.left > 0).then(|| tokio::time::Instant::now() + LOOK_BOUND);
+    }
+
+    async fn due(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn look(&mut self, session: &Session, path: &str, id: &str, leading: bool) {
+        self.at = None;
+        let participants = match job_participants(session, path).await {
+            Ok(list) => list,
+            Err(e) => {
+                tracing::debug!(error = %e.message, "cannot read the job's participants");
+                Vec::new()
+            }
+        };
+        let Some(mine) = participants.iter().position(|p| p.id == id) else {
+            if self.left > 0 {
+                self.left -= 1;
+                self.at = Some(tokio::time::Instant::now() + INTRODUCE_EVERY);
+            }
+            return;
+        };
+        if !self.warned && participants.iter().filter(|p| p.id == id).count() > 1 {
+            self.warned = true;
+            let others = duplicate_nodes(session, path, id).await;
+            Out::Stderr.warning(
+                "duplicate_id",
+                &format!(
+                    "another participant of {path}/leader has the id {id:?} ({others}): history's runner cannot tell them apart; give each replica its own --id"
+                ),
+            );
+        }
+        if leading {
+            return;
+        }
+        let leader = participants
+            .iter()
+            .find(|p| p.is_leader)
+            .map(|p| p.id.as_str());
+        if leader == Some(id) && participants.iter().filter(|p| p.id == id).count() == 1 {
+            return; // it leads: its `leader` line comes from the job
+        }
+        tracing::info!(path, id, leader, position = mine, "standing by");
+        Out::Stderr.emit_best_effort(&Event::Standby {
+            id,
+            leader,
+            position: mine,
+            participants: participants.len(),
+            ts_ms: now_ms(),
+        });
+    }
+}
+
+/// The election nodes whose data is `id` and that are not this session's, with their sessions:
+/// `node NAME (session 0x...)`.
+async fn duplicate_nodes(session: &Session, path: &str, id: &str) -> String {
+    let election = format!("{path}/leader");
+    let Ok(client) = session.client() else {
+        return "unknown node".to_owned();
+    };
+    let ours = client.session_id().0;
+    let Ok(children) = client.list_children(&election).await else {
+        return "unknown node".to_owned();
+    };
+    let mut others = Vec::new();
+    for child in children {
+        let node = format!("{election}/{child}");
+        if let Ok((data, stat)) = client.get_data(&node).await
+            && data == id.as_bytes()
+            && stat.ephemeral_owner != ours
+        {
+            others.push(format!("node {node}, session {:#x}", stat.ephemeral_owner));
+        }
+    }
+    if others.is_empty() {
+        "another node".to_owned()
+    } else {
+        others.join("; ")
+    }
 }
 
 /// A drain begun on SIGINT/SIGTERM (`--drain`): the job's drain, which leaves once the slot's
@@ -164,6 +287,7 @@ async fn supervise_slot<'j, S>(
     job: &'j ScheduledJob,
     drain: Option<Duration>,
     draining: &mut Option<Draining<'j>>,
+    slot: &str,
 ) -> Result<Outcome, ProcessError>
 where
     S: Stream<Item = SessionStatus> + Unpin,
@@ -179,7 +303,12 @@ where
             outcome = &mut run => return outcome,
             _ = signals.recv(), if !shutdown.is_cancelled() => match drain {
                 Some(timeout) if draining.is_none() => {
-                    tracing::info!(timeout = ?timeout, "draining: CMD may finish its slot; no slot starts after it");
+                    tracing::info!(timeout = ?timeout, slot, "draining: CMD may finish its slot; no slot starts after it");
+                    report.out.emit_best_effort(&Event::DrainStarted {
+                        slot: Some(slot),
+                        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        ts_ms: now_ms(),
+                    });
                     *draining = Some(Box::pin(job.drain(timeout)));
                     drain_over.as_mut().reset(tokio::time::Instant::now() + timeout);
                 }
@@ -187,7 +316,11 @@ where
                 _ => shutdown.cancel(),
             },
             _ = &mut drain_over, if draining.is_some() && !shutdown.is_cancelled() => {
-                tracing::warn!("the drain's time is up: stopping CMD");
+                tracing::warn!(slot, "the drain's time is up: stopping CMD");
+                report.out.emit_best_effort(&Event::DrainEnded {
+                    outcome: "ran_out",
+                    ts_ms: now_ms(),
+                });
                 shutdown.cancel();
             }
             Some(status) = states.next() => {
@@ -209,12 +342,40 @@ pub(crate) async fn cron_run(
 ) -> Result<ExitCode, Fail> {
     // Before anything connects: a bad expression, zone or interval is the caller's to fix.
     let schedule = args.schedule()?;
+    let spec = schedule.spec();
+    // A CMD that cannot start is found now, not at the first slot (02:00 for a nightly job).
+    check_command(&args.supervised.command)?;
     let mut signals = Signals::new()?;
     let cmd = command_spec(args.supervised.command)?;
     if let Err(e) = process::become_child_subreaper() {
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
-    let session = connect(conn, session_timeout).await?;
+    // ZooKeeper down at start is waited out, as an outage later is.
+    let Some(session) = connect_patiently(conn, session_timeout, &mut signals).await else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    // Before this replica can lead and record its own schedule: a different one is a mistake
+    // until proven otherwise (the leader's schedule wins, and a failover changes it).
+    match JobAdmin::new(&session, &args.path) {
+        Ok(admin) => match tokio::time::timeout(session_timeout, admin.status())
+            .await
+            .unwrap_or(Err(zookeeper_recipes::Error::ConnectionLoss))
+        {
+            Ok(status) => {
+                if let Some(recorded) = status.schedule.filter(|r| *r != spec) {
+                    Out::Stderr.warning(
+                        "schedule_mismatch",
+                        &format!(
+                            "this replica's schedule {spec:?} differs from the one recorded with {} ({recorded:?}): when it leads, it replaces the job's schedule (schedule_changed); give every replica the same schedule",
+                            args.path
+                        ),
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the job's recorded schedule"),
+        },
+        Err(e) => tracing::warn!(error = %e, "cannot read the job's recorded schedule"),
+    }
 
     // The job's closure hands each slot to this task and waits for CMD's outcome: everything
     // that prints or signals runs here, in the order it happens.
@@ -271,7 +432,10 @@ pub(crate) async fn cron_run(
         Ok(job) => job,
         Err(e) => {
             close_session(&session).await;
-            return Err(Fail(format!("cannot start the job {}: {e}", args.path)));
+            return Err(Fail::new(format!(
+                "cannot start the job {}: {e}",
+                args.path
+            )));
         }
     };
     // Subscribed before the job's tasks first run (nothing awaited since `start`).
@@ -298,6 +462,24 @@ pub(crate) async fn cron_run(
     let mut events_open = true;
     let mut check = tokio::time::interval(Duration::from_secs(1));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // When to look at the election next (to say that this replica stands by, and to find a
+    // duplicate id), and how many more looks before giving up on seeing our node.
+    let mut introduce = Introduce::new();
+    // Who leads, so that a replica that stands by says so again when the leader changes.
+    let observer = match LeaderObserver::builder(&session, format!("{}/leader", args.path))
+        .start()
+        .await
+    {
+        Ok(observer) => Some(observer),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot follow the job's leader; standby lines only at start");
+            None
+        }
+    };
+    let mut observed: Pin<Box<dyn Stream<Item = ObserverEvent> + Send>> = match &observer {
+        Some(o) => Box::pin(o.events()),
+        None => Box::pin(futures::stream::pending()),
+    };
 
     loop {
         let term_end = terms.live().map(Leadership::cancelled);
@@ -307,7 +489,7 @@ pub(crate) async fn cron_run(
             request = slot_rx.recv() => {
                 let Some((run, done)) = request else {
                     failure = Some(job_stopped(&job).unwrap_or_else(|| {
-                        Fail("the scheduled job stopped unexpectedly".into())
+                        Fail::new("the scheduled job stopped unexpectedly")
                     }));
                     break;
                 };
@@ -334,6 +516,7 @@ pub(crate) async fn cron_run(
                     &job,
                     args.drain,
                     &mut draining,
+                    run.slot(),
                 )
                 .await;
                 let sent = report.not_leader_sent.get();
@@ -370,6 +553,11 @@ pub(crate) async fn cron_run(
                 if draining.is_some() {
                     // CMD finished its slot within the drain: its end is recorded as usual,
                     // and the drain leaves once it is.
+                    tracing::info!(slot = run.slot(), "drained: CMD finished its slot in time");
+                    out.emit_best_effort(&Event::DrainEnded {
+                        outcome: "finished",
+                        ts_ms: now_ms(),
+                    });
                     if let Ok(outcome) = &result {
                         code = exit_code(outcome.exit.code());
                     }
@@ -384,6 +572,9 @@ pub(crate) async fn cron_run(
                     break;
                 }
                 let next = leadership.borrow_and_update().clone();
+                if next.is_none() && terms.live().is_some() {
+                    introduce.again();
+                }
                 terms.follow(next.as_ref());
                 if let Some(f) = job_stopped(&job) {
                     failure = Some(f);
@@ -395,12 +586,29 @@ pub(crate) async fn cron_run(
                     Some(ended) => ended.await,
                     None => std::future::pending().await,
                 }
-            } => terms.end_current(),
+            } => {
+                terms.end_current();
+                introduce.again();
+            }
             event = next_job_event(&mut events), if events_open => match event {
                 Some(event) => print_job_event(&event),
                 None => events_open = false,
             },
             Some(status) = states.next() => out.state(&status, &id, terms.path()),
+            Some(event) = observed.next() => {
+                if !matches!(event, ObserverEvent::State(_)) {
+                    introduce.again();
+                }
+            }
+            () = introduce.due() => {
+                // Bounded: the loop also handles signals and slots, and a read while the
+                // connection is down would wait for it.
+                let leading = leadership.borrow().is_some();
+                let look = introduce.look(&session, &args.path, &id, leading);
+                if tokio::time::timeout(LOOK_BOUND, look).await.is_err() {
+                    introduce.later();
+                }
+            }
             _ = check.tick() => {
                 if let Some(f) = job_stopped(&job) {
                     failure = Some(f);
@@ -454,14 +662,47 @@ pub(crate) async fn cron_run(
     }
     print_arrived(&mut events);
     terms.follow(None);
+    if let Some(observer) = &observer {
+        let _ = tokio::time::timeout(LOOK_BOUND, observer.close()).await;
+    }
     close_session(&session).await;
     if let Some(Err(e)) = closed {
-        failure.get_or_insert(Fail(format!("closing the job failed: {e}")));
+        failure.get_or_insert(Fail::new(format!("closing the job failed: {e}")));
     }
     match failure {
         Some(f) => Err(f),
         None => Ok(code),
     }
+}
+
+/// `zkr cron next`: the schedule's next slots after now (or `--after`), by this host's clock,
+/// without ZooKeeper: one slot key per line (what CMD gets as `ZK_SLOT`), or JSON objects.
+pub(crate) fn cron_next(args: &CronNextArgs) -> Result<ExitCode, Fail> {
+    let schedule = args.schedule()?;
+    let mut after = args
+        .after
+        .unwrap_or_else(|| i64::try_from(output::now_ms()).unwrap_or(i64::MAX));
+    let mut lines = Vec::new();
+    for _ in 0..args.count {
+        let Some(slot) = schedule.next_after(after) else {
+            break;
+        };
+        let key = Schedule::key(slot);
+        lines.push(if args.json {
+            serde_json::json!({ "slot": key, "nominal_ms": slot }).to_string()
+        } else {
+            key
+        });
+        after = slot;
+    }
+    if lines.is_empty() {
+        return Err(Fail::new(format!(
+            "{} has no slot after that instant",
+            schedule.spec()
+        )));
+    }
+    println!("{}", lines.join("\n"));
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) async fn cron_admin(
@@ -472,52 +713,158 @@ pub(crate) async fn cron_admin(
     let session = connect(conn, session_timeout).await?;
     let result = cron_admin_on(&session, command).await;
     close_session(&session).await;
-    if let Some(text) = result? {
+    let said = result?;
+    if let Some(text) = said.stdout {
         println!("{text}");
+    }
+    if let Some(note) = said.stderr {
+        eprintln!("zkr: {note}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// One admin command; what to print on stdout.
-async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option<String>, Fail> {
+/// What an admin command says: its result on stdout, and a note or warning on stderr.
+#[derive(Debug, Default)]
+struct Said {
+    stdout: Option<String>,
+    stderr: Option<String>,
+}
+
+impl Said {
+    fn out(text: String) -> Said {
+        Said {
+            stdout: Some(text),
+            stderr: None,
+        }
+    }
+
+    /// `warning` on stderr as well, if there is one.
+    fn warn(mut self, warning: Option<String>) -> Said {
+        self.stderr = warning;
+        self
+    }
+}
+
+/// The error for a job path with no node: a mistyped name must not look like a healthy job.
+fn unknown_job(path: &str) -> Fail {
+    Fail::with_code(
+        crate::codes::UNKNOWN_JOB,
+        format!(
+            "no job at {path} (the node does not exist): check the name; a job's node is created by its first `zkr cron run`"
+        ),
+    )
+}
+
+/// Fails with [`unknown_job`] unless the job's node exists.
+async fn require_job(session: &Session, path: &str) -> Result<(), Fail> {
+    let client = session.client()?;
+    match client.check_stat(path).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(unknown_job(path)),
+        Err(e) => Err(Fail::new(format!("cannot read {path}: {e}"))),
+    }
+}
+
+/// The participants of the job's election (`PATH/leader`) in election order, the leader first;
+/// none when the election node does not exist yet.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub(crate) async fn job_participants(
+    session: &Session,
+    path: &str,
+) -> Result<Vec<Participant>, Fail> {
+    let election = format!("{path}/leader");
+    match participants_on(session, &election).await {
+        Ok(list) => Ok(list),
+        Err(zookeeper_recipes::Error::Zookeeper(zookeeper_client::Error::NoNode)) => Ok(Vec::new()),
+        Err(e) => Err(Fail::new(format!(
+            "cannot read the participants of {path}: {e}"
+        ))),
+    }
+}
+
+/// A warning when no replica stands for the job, so that nothing would act on a request now.
+async fn nobody_stands(session: &Session, path: &str, what: &str) -> Option<String> {
+    match job_participants(session, path).await {
+        Ok(list) if list.is_empty() => Some(format!(
+            "warning: no replica stands for {path} (its election has no participants): {what} when one starts"
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!("warning: {}", e.message)),
+    }
+}
+
+/// One admin command: what to print.
+async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, Fail> {
     let admin = |path: &str| JobAdmin::new(session, path).map_err(Fail::from);
+    if let Some(path) = command.path() {
+        require_job(session, path).await?;
+    }
     match command {
         CronCommand::History { path, limit } => {
             let history = admin(&path)?
                 .history(limit)
                 .await
-                .map_err(|e| Fail(format!("cannot read the history of {path}: {e}")))?;
-            Ok(Some(serde_json::to_string(&history)?))
+                .map_err(|e| Fail::new(format!("cannot read the history of {path}: {e}")))?;
+            Ok(Said::out(serde_json::to_string(&history)?))
         }
         CronCommand::Status { path } => {
             let status = admin(&path)?
                 .status()
                 .await
-                .map_err(|e| Fail(format!("cannot read the status of {path}: {e}")))?;
-            Ok(Some(serde_json::to_string(&output::StatusLine::from(
-                &status,
-            ))?))
+                .map_err(|e| Fail::new(format!("cannot read the status of {path}: {e}")))?;
+            let participants = job_participants(session, &path).await?;
+            let mut line = serde_json::to_value(output::StatusLine::from(&status))?;
+            if let serde_json::Value::Object(fields) = &mut line {
+                let list: Vec<output::ParticipantLine<'_>> =
+                    participants.iter().map(Into::into).collect();
+                fields.insert("participants".to_owned(), serde_json::to_value(&list)?);
+            }
+            Ok(Said::out(serde_json::to_string(&line)?))
+        }
+        CronCommand::Participants { path } => {
+            let participants = job_participants(session, &path).await?;
+            let list: Vec<output::ParticipantLine<'_>> =
+                participants.iter().map(Into::into).collect();
+            Ok(Said::out(serde_json::to_string(&list)?))
         }
         CronCommand::Trigger { path } => {
             let n = admin(&path)?
                 .trigger()
                 .await
-                .map_err(|e| Fail(format!("cannot trigger {path}: {e}")))?;
-            Ok(Some(n.to_string()))
+                .map_err(|e| Fail::new(format!("cannot trigger {path}: {e}")))?;
+            tracing::info!(path = %path, slot = %format!("trigger-{n}"), "triggered");
+            let note = nobody_stands(session, &path, &format!("trigger-{n} runs"))
+                .await
+                .unwrap_or_else(|| {
+                    format!("triggered {path}: the leader runs it as slot trigger-{n}")
+                });
+            Ok(Said::out(n.to_string()).warn(Some(note)))
         }
         CronCommand::Pause { path } => {
             admin(&path)?
                 .pause()
                 .await
-                .map_err(|e| Fail(format!("cannot pause {path}: {e}")))?;
-            Ok(None)
+                .map_err(|e| Fail::new(format!("cannot pause {path}: {e}")))?;
+            tracing::info!(path = %path, "paused");
+            let warning = nobody_stands(session, &path, "the pause takes effect").await;
+            Ok(Said::out(format!(
+                "paused {path}: due slots are recorded skipped (paused) until `zkr cron resume`; a slot already running goes on"
+            ))
+            .warn(warning))
         }
         CronCommand::Resume { path } => {
             admin(&path)?
                 .resume()
                 .await
-                .map_err(|e| Fail(format!("cannot resume {path}: {e}")))?;
-            Ok(None)
+                .map_err(|e| Fail::new(format!("cannot resume {path}: {e}")))?;
+            tracing::info!(path = %path, "resumed");
+            let warning = nobody_stands(session, &path, "slots run").await;
+            Ok(Said::out(format!(
+                "resumed {path}: due slots run again (those skipped while paused stay skipped)"
+            ))
+            .warn(warning))
         }
         CronCommand::Resolve {
             path,
@@ -532,9 +879,20 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option
             admin(&path)?
                 .resolve(&slot, how)
                 .await
-                .map_err(|e| Fail(format!("cannot resolve {slot} of {path}: {e}")))?;
-            Ok(None)
+                .map_err(|e| Fail::new(format!("cannot resolve {slot} of {path}: {e}")))?;
+            tracing::info!(path = %path, slot = %slot, done = resolution.done, "resolved");
+            if resolution.done {
+                Ok(Said::out(format!(
+                    "resolved {slot} of {path}: recorded succeeded (resolved)"
+                )))
+            } else {
+                let warning = nobody_stands(session, &path, "the rerun starts").await;
+                Ok(Said::out(format!(
+                    "resolved {slot} of {path}: handed back to the leader, which runs it again (attempt + 1)"
+                ))
+                .warn(warning))
+            }
         }
-        CronCommand::Run(_) => Err(Fail("cron run is not an admin command".into())),
+        CronCommand::Run(_) | CronCommand::Next(_) => Err(Fail::new("not an admin command")),
     }
 }

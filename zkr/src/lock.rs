@@ -78,7 +78,7 @@ pub(crate) async fn lock(
         }
         Err(e) => {
             close_session(&session).await;
-            return Err(Fail(format!(
+            return Err(Fail::new(format!(
                 "cannot acquire the lock on {}: {e}",
                 args.path
             )));
@@ -107,7 +107,7 @@ pub(crate) async fn lock(
         }
         Err(e) => {
             report.not_leader(term_end_reason(&session, &term, StopReason::TermEnded));
-            Err(Fail(e.to_string()))
+            Err(Fail::new(e.to_string()))
         }
     };
     close_session(&session).await;

@@ -69,14 +69,55 @@ fn init_tracing() {
     }
 }
 
-/// An error that ends zkr with exit code 1 and a message on stderr.
+/// An error that ends zkr with a message on stderr and an exit code (1 unless a more specific
+/// one applies: see [`codes`]).
 #[derive(Debug)]
-pub(crate) struct Fail(pub(crate) String);
+pub(crate) struct Fail {
+    pub(crate) message: String,
+    pub(crate) code: u8,
+}
+
+impl Fail {
+    /// A failure with exit code 1.
+    pub(crate) fn new(message: impl Into<String>) -> Fail {
+        Fail {
+            message: message.into(),
+            code: codes::FAILURE,
+        }
+    }
+
+    /// A failure with its own exit code.
+    pub(crate) fn with_code(code: u8, message: impl Into<String>) -> Fail {
+        Fail {
+            message: message.into(),
+            code,
+        }
+    }
+}
 
 impl<E: std::fmt::Display> From<E> for Fail {
     fn from(e: E) -> Self {
-        Fail(e.to_string())
+        Fail::new(e.to_string())
     }
+}
+
+/// zkr's own exit codes (HELP.md's table). CMD's exit code, and 128 + N for a signal, come on
+/// top of these for the commands that supervise CMD.
+pub(crate) mod codes {
+    /// A run-time failure: the server refused, the job stopped, `resolve` refused a slot.
+    pub(crate) const FAILURE: u8 = 1;
+    /// A usage or argument error, found before connecting (clap's code, and zkr's own checks
+    /// of values: `--grace`, `--server-tick-time`, `--clock-tolerance`, the schedule).
+    pub(crate) const USAGE: u8 = 2;
+    /// `cron history|status|participants|pause|resume|trigger|resolve`: no job at PATH
+    /// (sysexits' EX_NOINPUT).
+    pub(crate) const UNKNOWN_JOB: u8 = 66;
+    /// No ZooKeeper server answered within `--connect-timeout` (sysexits' EX_UNAVAILABLE).
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    /// CMD is found but cannot be executed: the shell's code.
+    pub(crate) const NOT_EXECUTABLE: u8 = 126;
+    /// CMD is not found (not a file, nor on `PATH`): the shell's code.
+    pub(crate) const NOT_FOUND: u8 = 127;
 }
 
 async fn async_main(cli: Cli) -> ExitCode {
@@ -88,7 +129,14 @@ async fn async_main(cli: Cli) -> ExitCode {
     let conn = Conn {
         hosts,
         server_tick_time: cli.server_tick_time,
+        connect_timeout: cli.connect_timeout,
     };
+    if let Some(file) = &cli.events
+        && let Err(e) = output::events_to(file)
+    {
+        eprintln!("zkr: cannot open --events {}: {e}", file.display());
+        return ExitCode::from(codes::USAGE);
+    }
     // CMD's grace must fit in the lease: refused before connecting, as a usage error.
     let grace = match &cli.command {
         Command::Run(RunArgs { supervised, .. })
@@ -101,7 +149,7 @@ async fn async_main(cli: Cli) -> ExitCode {
     let grace = match grace {
         Some(Err(message)) => {
             eprintln!("zkr: {message}");
-            return ExitCode::from(2);
+            return ExitCode::from(codes::USAGE);
         }
         Some(Ok(grace)) => grace,
         None => process::DEFAULT_GRACE,
@@ -128,14 +176,15 @@ async fn async_main(cli: Cli) -> ExitCode {
         Command::Cron(CronCommand::Run(args)) => {
             cron::cron_run(&conn, cli.session_timeout, grace, args).await
         }
+        Command::Cron(CronCommand::Next(args)) => cron::cron_next(&args),
         Command::Cron(admin) => cron::cron_admin(&conn, cli.session_timeout, admin).await,
-        Command::Exec { .. } => Err(Fail("__exec is handled before the runtime starts".into())),
+        Command::Exec { .. } => Err(Fail::new("__exec is handled before the runtime starts")),
     };
     match result {
         Ok(code) => code,
-        Err(Fail(message)) => {
+        Err(Fail { message, code }) => {
             eprintln!("zkr: {message}");
-            ExitCode::FAILURE
+            ExitCode::from(code)
         }
     }
 }

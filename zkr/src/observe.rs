@@ -34,7 +34,7 @@ where
             event = events.next() => match event {
                 Some(event) => {
                     if let Err(e) = print(&event) {
-                        return Some(Fail(format!("cannot write to stdout: {e}")));
+                        return Some(Fail::new(format!("cannot write to stdout: {e}")));
                     }
                 }
                 None => return Some(stopped()),
@@ -69,8 +69,8 @@ pub(crate) async fn latch(
         &mut events,
         |event| print_latch_event(&latch, event, &mut term),
         || match latch.failure() {
-            Some(e) => Fail(format!("the latch stopped: {e}")),
-            None => Fail("the latch stopped unexpectedly".into()),
+            Some(e) => Fail::new(format!("the latch stopped: {e}")),
+            None => Fail::new("the latch stopped unexpectedly"),
         },
     )
     .await;
@@ -114,8 +114,8 @@ pub(crate) async fn watch(
             &mut events,
             print_observer_event,
             || match observer.failure() {
-                Some(e) => Fail(format!("the observer stopped: {e}")),
-                None => Fail("the observer stopped unexpectedly".into()),
+                Some(e) => Fail::new(format!("the observer stopped: {e}")),
+                None => Fail::new("the observer stopped unexpectedly"),
             },
         )
         .await;
@@ -151,8 +151,8 @@ pub(crate) async fn pool(
         &mut events,
         |event| print_pool_event(pool.id(), event),
         || match pool.failure() {
-            Some(e) => Fail(format!("the pool stopped: {e}")),
-            None => Fail("the pool stopped unexpectedly".into()),
+            Some(e) => Fail::new(format!("the pool stopped: {e}")),
+            None => Fail::new("the pool stopped unexpectedly"),
         },
     )
     .await;

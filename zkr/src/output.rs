@@ -210,6 +210,55 @@ pub(crate) enum Event<'a> {
         to: &'a str,
         ts_ms: u64,
     },
+    /// `cron run`: this replica stands in the job's election and another leads (or none yet):
+    /// `position` is its place in line (1: next), out of `participants`.
+    Standby {
+        id: &'a str,
+        leader: Option<&'a str>,
+        position: usize,
+        participants: usize,
+        ts_ms: u64,
+    },
+    /// Something an operator should fix: `kind` names it, `message` says what and why.
+    Warning {
+        kind: &'a str,
+        message: &'a str,
+        ts_ms: u64,
+    },
+    /// `cron run`: no ZooKeeper server answered at start; zkr tries again after `retry_in_ms`.
+    ConnectFailed {
+        attempt: u32,
+        error: &'a str,
+        retry_in_ms: u64,
+        ts_ms: u64,
+    },
+    /// `cron run --drain`: a signal came while CMD ran `slot`; zkr lets it finish for up to
+    /// `timeout_ms`.
+    DrainStarted {
+        slot: Option<&'a str>,
+        timeout_ms: u64,
+        ts_ms: u64,
+    },
+    /// `cron run --drain`: the drain is over: CMD `finished` in time, or it `ran_out` and CMD was
+    /// stopped.
+    DrainEnded {
+        outcome: &'a str,
+        ts_ms: u64,
+    },
+}
+
+/// `--events FILE`: where the event lines that would go to stderr go instead.
+static EVENTS_FILE: std::sync::OnceLock<std::sync::Mutex<std::fs::File>> =
+    std::sync::OnceLock::new();
+
+/// Sends the event lines meant for stderr to `file` (appended), for the rest of the process.
+pub(crate) fn events_to(file: &std::path::Path) -> std::io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)?;
+    let _ = EVENTS_FILE.set(std::sync::Mutex::new(f));
+    Ok(())
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds at boot time `at`.
@@ -252,11 +301,19 @@ impl Out {
                 out.write_all(&line)?;
                 out.flush()
             }
-            Out::Stderr => {
-                let mut out = std::io::stderr().lock();
-                out.write_all(&line)?;
-                out.flush()
-            }
+            Out::Stderr => match EVENTS_FILE.get() {
+                // One write per line (O_APPEND): whole lines, also beside other writers.
+                Some(file) => {
+                    let mut f = file.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+                    f.write_all(&line)?;
+                    f.flush()
+                }
+                None => {
+                    let mut out = std::io::stderr().lock();
+                    out.write_all(&line)?;
+                    out.flush()
+                }
+            },
         }
     }
 
@@ -264,6 +321,16 @@ impl Out {
     /// error must not stop the supervision of CMD.
     pub(crate) fn emit_best_effort(self, event: &Event<'_>) {
         let _ = self.emit(event);
+    }
+
+    /// A `warning` line (also a tracing warning).
+    pub(crate) fn warning(self, kind: &str, message: &str) {
+        tracing::warn!(kind, "{message}");
+        self.emit_best_effort(&Event::Warning {
+            kind,
+            message,
+            ts_ms: now_ms(),
+        });
     }
 
     pub(crate) fn state(self, status: &SessionStatus, id: &str, path: Option<&str>) {

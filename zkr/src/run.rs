@@ -80,8 +80,8 @@ pub(crate) async fn run(
                 Some(next) => next,
                 None => {
                     failure = Some(match selector.failure() {
-                        Some(e) => Fail(format!("the leader selector stopped: {e}")),
-                        None => Fail("the leader selector stopped unexpectedly".into()),
+                        Some(e) => Fail::new(format!("the leader selector stopped: {e}")),
+                        None => Fail::new("the leader selector stopped unexpectedly"),
                     });
                     break;
                 }
@@ -131,7 +131,7 @@ pub(crate) async fn run(
                 continue;
             }
             Err(e) => {
-                failure = Some(Fail(e.to_string()));
+                failure = Some(Fail::new(e.to_string()));
                 break;
             }
         }

@@ -13,9 +13,9 @@ pub(crate) struct Signals {
 impl Signals {
     pub(crate) fn new() -> Result<Signals, Fail> {
         let int = signal(SignalKind::interrupt())
-            .map_err(|e| Fail(format!("cannot handle SIGINT: {e}")))?;
+            .map_err(|e| Fail::new(format!("cannot handle SIGINT: {e}")))?;
         let term = signal(SignalKind::terminate())
-            .map_err(|e| Fail(format!("cannot handle SIGTERM: {e}")))?;
+            .map_err(|e| Fail::new(format!("cannot handle SIGTERM: {e}")))?;
         Ok(Signals { int, term })
     }
 

@@ -163,8 +163,71 @@ pub(crate) fn exit_code(code: i32) -> ExitCode {
 pub(crate) fn command_spec(argv: Vec<OsString>) -> Result<CommandSpec, Fail> {
     let spec = CommandSpec::from_argv(argv)?;
     spec.shim_current_exe().map_err(|e| {
-        Fail(format!(
+        Fail::new(format!(
             "cannot find zkr's own executable for the shim: {e}"
         ))
     })
+}
+
+/// Checks that CMD can be started, as `execvp` would look it up: a program with a `/` must be
+/// an executable file; any other must be one in a directory of `PATH`. Exit code 127 when it
+/// is not found, 126 when it is found but cannot be executed (the shell's codes).
+pub(crate) fn check_command(argv: &[OsString]) -> Result<(), Fail> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::{Path, PathBuf};
+
+    let Some(program) = argv.first() else {
+        return Err(Fail::with_code(crate::codes::USAGE, "no command given"));
+    };
+    let executable =
+        |p: &Path| p.is_file() && nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok();
+    let shown = Path::new(program).display().to_string();
+    if program.as_bytes().contains(&b'/') {
+        let p = Path::new(program);
+        if !p.exists() {
+            return Err(Fail::with_code(
+                crate::codes::NOT_FOUND,
+                format!("CMD {shown} does not exist"),
+            ));
+        }
+        if !executable(p) {
+            return Err(Fail::with_code(
+                crate::codes::NOT_EXECUTABLE,
+                format!("CMD {shown} is not an executable file"),
+            ));
+        }
+        return Ok(());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut found_not_executable: Option<PathBuf> = None;
+    for dir in std::env::split_paths(&path) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        if executable(&candidate) {
+            return Ok(());
+        }
+        if candidate.exists() && found_not_executable.is_none() {
+            found_not_executable = Some(candidate);
+        }
+    }
+    match found_not_executable {
+        Some(p) => Err(Fail::with_code(
+            crate::codes::NOT_EXECUTABLE,
+            format!(
+                "CMD {shown} is found as {} but is not executable",
+                p.display()
+            ),
+        )),
+        None => Err(Fail::with_code(
+            crate::codes::NOT_FOUND,
+            format!(
+                "CMD {shown} is not found on PATH ({})",
+                path.to_string_lossy()
+            ),
+        )),
+    }
 }
