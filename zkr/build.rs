@@ -25,16 +25,15 @@ fn main() {
             PathBuf::from(&dir).join("HEAD").display()
         );
     }
+    // Only files that exist: cargo runs a build script whose watched file is missing at every
+    // build (a fresh clone has no packed-refs), and zkr would be compiled again each time.
     if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
-        println!(
-            "cargo:rerun-if-changed={}",
-            PathBuf::from(&common).join("packed-refs").display()
-        );
-        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!(
-                "cargo:rerun-if-changed={}",
-                PathBuf::from(&common).join(branch).display()
-            );
+        let common = PathBuf::from(common);
+        let branch = git(&["symbolic-ref", "-q", "HEAD"]).map(|b| common.join(b));
+        for watched in std::iter::once(common.join("packed-refs")).chain(branch) {
+            if watched.exists() {
+                println!("cargo:rerun-if-changed={}", watched.display());
+            }
         }
     }
     let commit = std::env::var("ZKR_COMMIT")
