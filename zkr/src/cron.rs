@@ -12,7 +12,8 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::job::{
-    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, ScheduledJob, SlotRun,
+    CatchUp, JobAdmin, JobEvent, JobStatus, OnCrash, Overlap, Resolution, Schedule, ScheduledJob,
+    SlotRun, SlotState, TriggerFor,
 };
 use zookeeper_recipes::{Leadership, Session, SessionStatus};
 
@@ -30,6 +31,19 @@ const ENV_SLOT: &str = "ZK_SLOT";
 const ENV_ATTEMPT: &str = "ZK_ATTEMPT";
 /// `1` when the slot was cut off before (or an operator released it) and is run again, else `0`.
 const ENV_RECOVERING: &str = "ZK_RECOVERING";
+/// The run's nominal instant as a slot key (for a trigger `--slot KEY`, that slot's).
+const ENV_NOMINAL: &str = "ZK_NOMINAL";
+/// For a trigger `--slot KEY`: KEY.
+const ENV_FOR_SLOT: &str = "ZK_FOR_SLOT";
+/// For a trigger `--date DATE`: DATE.
+const ENV_BUSINESS_DATE: &str = "ZK_BUSINESS_DATE";
+
+/// `cron status --check`: the latest slot failed, or a slot is parked.
+const CHECK_FAILED: u8 = 11;
+/// `cron status --check`: no success within `--max-age`.
+const CHECK_STALE: u8 = 10;
+/// `cron status --check`: no replica leads the job.
+const CHECK_NO_LEADER: u8 = 12;
 
 /// A slot the job hands to zkr's main task, and where the main task answers how CMD ended.
 type SlotRequest = (SlotRun, SlotAnswer);
@@ -236,6 +250,7 @@ pub(crate) async fn cron_run(
             OnCrashArg::Park => OnCrash::Park,
         })
         .max_attempts(args.max_attempts)
+        .retries(args.retries, args.retry_backoff)
         // zkr stops CMD itself (SIGTERM, --grace, SIGKILL, never past the lease); a term whose
         // lease is not renewed ends CMD's grace before the lease's deadline, and the job waits
         // beyond that, so it never aborts a run whose CMD may still be alive.
@@ -314,11 +329,18 @@ pub(crate) async fn cron_run(
                 let term = run.leadership().clone();
                 terms.follow(Some(&term));
                 print_arrived(&mut events);
-                let spec = cmd
+                let mut spec = cmd
                     .clone()
                     .env(ENV_SLOT, run.slot())
                     .env(ENV_ATTEMPT, run.attempt().to_string())
-                    .env(ENV_RECOVERING, if run.is_recovering() { "1" } else { "0" });
+                    .env(ENV_RECOVERING, if run.is_recovering() { "1" } else { "0" })
+                    .env(ENV_NOMINAL, Schedule::key(run.nominal_ms()));
+                if let Some(slot) = run.for_slot() {
+                    spec = spec.env(ENV_FOR_SLOT, slot);
+                }
+                if let Some(date) = run.business_date() {
+                    spec = spec.env(ENV_BUSINESS_DATE, date);
+                }
                 let supervisor = SupervisedCommand::new(spec)
                     .grace(grace)
                     .shutdown(shutdown.clone());
@@ -472,14 +494,56 @@ pub(crate) async fn cron_admin(
     let session = connect(conn, session_timeout).await?;
     let result = cron_admin_on(&session, command).await;
     close_session(&session).await;
-    if let Some(text) = result? {
+    let (text, code) = result?;
+    if let Some(text) = text {
         println!("{text}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
-/// One admin command; what to print on stdout.
-async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option<String>, Fail> {
+/// `cron status --check`: the problems found, most pressing first, and the exit code of the
+/// first (0 when there is none).
+fn check_status(
+    status: &JobStatus,
+    max_age: Option<Duration>,
+    now_ms: i64,
+) -> (Vec<&'static str>, u8) {
+    let mut problems = Vec::new();
+    if status.leader.is_none() {
+        problems.push(("no_leader", CHECK_NO_LEADER));
+    }
+    let failed = status
+        .last
+        .as_ref()
+        .is_some_and(|r| r.state == SlotState::Failed);
+    let parked = status.open.iter().any(|r| r.state == SlotState::Parked);
+    if failed {
+        problems.push(("failed", CHECK_FAILED));
+    }
+    if parked {
+        problems.push(("parked", CHECK_FAILED));
+    }
+    if let Some(max_age) = max_age {
+        let max_ms = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let fresh = status
+            .last_success
+            .as_ref()
+            .and_then(|r| r.ended_ms)
+            .is_some_and(|ended| now_ms.saturating_sub(ended) <= max_ms);
+        if !fresh {
+            problems.push(("stale", CHECK_STALE));
+        }
+    }
+    let code = problems.first().map_or(0, |(_, code)| *code);
+    (problems.into_iter().map(|(p, _)| p).collect(), code)
+}
+
+/// One admin command; what to print on stdout, and the exit code.
+async fn cron_admin_on(
+    session: &Session,
+    command: CronCommand,
+) -> Result<(Option<String>, ExitCode), Fail> {
+    let ok = |text: Option<String>| Ok((text, ExitCode::SUCCESS));
     let admin = |path: &str| JobAdmin::new(session, path).map_err(Fail::from);
     match command {
         CronCommand::History { path, limit } => {
@@ -487,37 +551,54 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option
                 .history(limit)
                 .await
                 .map_err(|e| Fail(format!("cannot read the history of {path}: {e}")))?;
-            Ok(Some(serde_json::to_string(&history)?))
+            ok(Some(serde_json::to_string(&history)?))
         }
-        CronCommand::Status { path } => {
+        CronCommand::Status {
+            path,
+            check,
+            max_age,
+        } => {
             let status = admin(&path)?
                 .status()
                 .await
                 .map_err(|e| Fail(format!("cannot read the status of {path}: {e}")))?;
-            Ok(Some(serde_json::to_string(&output::StatusLine::from(
-                &status,
-            ))?))
+            let now_ms = i64::try_from(output::now_ms()).unwrap_or(i64::MAX);
+            let mut line = output::StatusLine::new(&status, now_ms);
+            // Without --check, status exits 0 whatever it finds, as before.
+            let mut code = 0;
+            if check {
+                let (problems, first) = check_status(&status, max_age, now_ms);
+                line = line.with_check(problems, max_age);
+                code = first;
+            }
+            let text = serde_json::to_string(&line)?;
+            Ok((Some(text), ExitCode::from(code)))
         }
-        CronCommand::Trigger { path } => {
+        CronCommand::Trigger { path, slot, date } => {
+            let asked = match (slot, date) {
+                (Some(slot), _) => TriggerFor::slot(&slot)?,
+                (None, Some(date)) => TriggerFor::date(&date)?,
+                (None, None) => TriggerFor::default(),
+            };
             let n = admin(&path)?
-                .trigger()
+                .trigger_for(asked)
                 .await
                 .map_err(|e| Fail(format!("cannot trigger {path}: {e}")))?;
-            Ok(Some(n.to_string()))
+            ok(Some(n.to_string()))
         }
         CronCommand::Pause { path } => {
             admin(&path)?
                 .pause()
                 .await
                 .map_err(|e| Fail(format!("cannot pause {path}: {e}")))?;
-            Ok(None)
+            ok(None)
         }
         CronCommand::Resume { path } => {
             admin(&path)?
                 .resume()
                 .await
                 .map_err(|e| Fail(format!("cannot resume {path}: {e}")))?;
-            Ok(None)
+            ok(None)
         }
         CronCommand::Resolve {
             path,
@@ -533,7 +614,7 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Option
                 .resolve(&slot, how)
                 .await
                 .map_err(|e| Fail(format!("cannot resolve {slot} of {path}: {e}")))?;
-            Ok(None)
+            ok(None)
         }
         CronCommand::Run(_) => Err(Fail("cron run is not an admin command".into())),
     }
