@@ -2581,3 +2581,83 @@ async fn a_failover_mid_slot_costs_no_slot_under_the_defaults() {
     assert_eq!(records[&first].attempt, 2);
     runs.assert_serial();
 }
+
+#[tokio::test]
+async fn a_drain_during_the_backoff_leaves_the_retry_to_the_next_leader() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-retry-drain");
+    let runs = Runs::default();
+    // trigger-1 fails once; the retry waits a minute.
+    let a = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("a")
+        .retries(1, Duration::from_secs(60))
+        .start(failing(&runs, 1, &["trigger-1"]))
+        .await
+        .unwrap();
+    let mut events = a.events();
+    a.admin().trigger().await.unwrap();
+    within(BOUND, "trigger-1 failed and waits for its retry", async {
+        loop {
+            if let Ok(JobEvent::SlotRetrying { slot, .. }) = events.recv().await {
+                break assert_eq!(slot, "trigger-1");
+            }
+        }
+    })
+    .await;
+    let r = &by_slot(&s, &path).await["trigger-1"];
+    assert_eq!(
+        (r.state, r.reason.as_deref(), r.failures),
+        (SlotState::Pending, Some("retry"), 1)
+    );
+    // The drain does not wait out the minute.
+    let drained_at = Instant::now();
+    within(
+        Duration::from_secs(20),
+        "the drain during the backoff",
+        a.drain(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let drained = drained_at.elapsed();
+    assert!(drained < Duration::from_secs(20), "{drained:?}");
+    assert_eq!(runs.count(), 1, "a started no retry");
+    // The next leader runs the retry at once, recovering, as attempt 2 (the cause is gone:
+    // it succeeds).
+    let b = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("b")
+        .retries(1, Duration::from_secs(60))
+        .start(failing(&runs, 0, &[]))
+        .await
+        .unwrap();
+    let r = eventually(BOUND, "b ran the retry", || async {
+        by_slot(&s, &path)
+            .await
+            .remove("trigger-1")
+            .filter(|r| r.state.is_final())
+    })
+    .await;
+    b.close().await.unwrap();
+    assert_eq!(
+        (r.state, r.attempt, r.runner.as_deref()),
+        (SlotState::Succeeded, 2, Some("b"))
+    );
+    let tries = runs.all();
+    assert_eq!(tries.len(), 2);
+    assert!(tries[1].recovering);
+    assert!(tries[1].token > tries[0].token);
+    let outcomes: Vec<AttemptOutcome> = r.attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [AttemptOutcome::Failed, AttemptOutcome::Succeeded]
+    );
+    eprintln!(
+        "drained {:.0} ms into a 60 s backoff",
+        drained.as_secs_f64() * 1e3
+    );
+}

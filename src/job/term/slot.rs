@@ -35,7 +35,8 @@ impl TermRun<'_> {
         let result = loop {
             match self.run_attempt(job, &work).await {
                 Ok(Some(backoff)) => {
-                    if let Err(stop) = self.wait_to_retry(&work.key, backoff).await {
+                    let draining = self.inner.activity.borrow().draining;
+                    if !draining && let Err(stop) = self.wait_to_retry(&work.key, backoff).await {
                         break Err(stop);
                     }
                     if self.inner.activity.borrow().draining {
@@ -236,19 +237,23 @@ impl TermRun<'_> {
     }
 
     /// Waits out the backoff before a retry on failure, applying the overlap policy to the
-    /// slots that come due meanwhile (the slot's run goes on) and following the controls.
+    /// slots that come due meanwhile (the slot's run goes on) and following the controls. A
+    /// drain ends the wait at once (the caller then leaves the retry to the next leader).
     async fn wait_to_retry(
         &mut self,
         key: &str,
         backoff: Duration,
     ) -> std::result::Result<(), Stop> {
         let until = tokio::time::Instant::now() + backoff;
+        let mut activity = self.inner.activity.subscribe();
         debug!(slot = %key, backoff = ?backoff, "waiting to retry the slot");
         loop {
             let control_changed = Arc::clone(&self.control_changed);
             tokio::select! {
                 biased;
                 _ = self.term.cancelled() => return Err(Stop::TermOver),
+                // (The watch's guard is not `Send`: dropped inside.)
+                () = async { drop(activity.wait_for(|a| a.draining).await) } => return Ok(()),
                 _ = tokio::time::sleep_until(until) => return Ok(()),
                 _ = control_changed.notified() => {
                     if let Err(e) = self.reload_control(true).await {
@@ -351,9 +356,9 @@ impl TermRun<'_> {
             } else {
                 record.failures
             };
+            // Also while draining: the retry is then left `pending` to the next leader.
             let retry = returned_err
                 && self.term.is_valid()
-                && !self.inner.activity.borrow().draining
                 && plan::retry_on_failure(self.inner.policies.retries, failures);
             record.end_attempt(AttemptEnd {
                 outcome: match (cut_off, state) {
