@@ -2657,7 +2657,7 @@ async fn a_drain_during_the_backoff_leaves_the_retry_to_the_next_leader() {
         [AttemptOutcome::Failed, AttemptOutcome::Succeeded]
     );
     eprintln!(
-        "drained {:.0} ms into a 60 s backoff",
+        "the drain took {:.0} ms during a 60 s backoff",
         drained.as_secs_f64() * 1e3
     );
 }
