@@ -163,9 +163,10 @@ pub(crate) struct NotRun {
 /// What becomes of a slot an earlier term started and never finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Crash {
-    /// Run it again, as attempt `attempt`.
+    /// Run it again.
     Retry {
-        /// The next attempt.
+        /// The next cut-off count's start: `attempt + 1` of what [`crash`] was given (the
+        /// run's own attempt number is the record's `attempt + 1`, in the [`Work`]).
         attempt: u32,
     },
     /// Record it `state` (failed or parked) for `reason`, without running it.
@@ -177,9 +178,11 @@ pub(crate) enum Crash {
     },
 }
 
-/// The on-crash rule: a cut-off slot started `attempt` times is retried under
-/// [`OnCrash::Retry`] while `attempt < max_attempts`, then failed (`max_attempts`); failed
-/// (`cut_off`) under [`OnCrash::Fail`]; parked (`cut_off`) under [`OnCrash::Park`].
+/// The on-crash rule: a slot whose starts were cut off `attempt` times (this one included;
+/// [`recovery`] passes `attempt - failures`, so that the starts that failed and were retried on
+/// failure do not count) is retried under [`OnCrash::Retry`] while `attempt < max_attempts`,
+/// then failed (`max_attempts`); failed (`cut_off`) under [`OnCrash::Fail`]; parked
+/// (`cut_off`) under [`OnCrash::Park`].
 pub(crate) fn crash(on_crash: OnCrash, max_attempts: u32, attempt: u32) -> Crash {
     match on_crash {
         OnCrash::Retry if attempt < max_attempts => Crash::Retry {
