@@ -1898,3 +1898,59 @@ async fn status_check_exits_0_when_healthy_and_with_a_code_for_each_problem() {
     let (status, _, err) = zkr_output(connect, &["cron", "status", &path, "--max-age", "1h"]).await;
     assert_eq!(status.code(), Some(2), "{err}");
 }
+
+#[tokio::test]
+async fn a_leader_killed_mid_slot_costs_no_later_slot_under_the_defaults() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    // The operator's case scaled down: a run of half the period, its leader killed mid-run, the
+    // retry started a session timeout later; before, the next slot overlapped the retry (or
+    // the catch-up run after it) and was skipped.
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-failover-slot");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let script = appending(&file, "2");
+    let args = ["--every", "4s"];
+    let mut groups = Groups::default();
+
+    let mut a = replica(connect, "a", SESSION, &path, &args, &script);
+    a.wait_for("leader", BOUND, "a never led").await;
+    let mut b = replica(connect, "b", STEADY, &path, &args, &script);
+    wait_contenders(&zk, &path, 2, "b did not queue").await;
+    let (started, cmd) = next_slot(&mut a, "a started no slot").await;
+    let pgid = groups.add(&cmd);
+    let s0 = started.str("slot").to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.signal(Signal::SIGKILL);
+    let _ = killpg(pgid, Signal::SIGKILL);
+    a.exit(BOUND, "a after SIGKILL").await;
+
+    let first = Schedule::parse_key(&s0).expect("a slot key");
+    let s3 = Schedule::key(first + 3 * 4_000);
+    slot_event(
+        &mut b,
+        "slot_finished",
+        &s3,
+        BOUND,
+        "b did not get to the third slot after",
+    )
+    .await;
+    stop(&mut b).await;
+    let records = history(connect, &path).await;
+    print_history("leader killed mid-slot, 2 s runs every 4 s", &records);
+    for i in 0..=3 {
+        let key = Schedule::key(first + i * 4_000);
+        let r = record(&records, &key);
+        assert_eq!(r["state"], "succeeded", "{key} lost to the failover: {r}");
+    }
+    assert_eq!(record(&records, &s0)["attempt"], 2);
+    let all = runs(&file);
+    for (s, n) in ends_per_slot(&all) {
+        assert_eq!(n, 1, "{s} finished {n} times: {all:?}");
+    }
+}
