@@ -5,7 +5,7 @@ use tracing::warn;
 use zookeeper_client::CreateMode;
 
 use super::plan::{PendingReason, Records, SettleReason};
-use super::record::{Control, JobState, UNPLACED};
+use super::record::{Control, JobState, TRIGGER_ARGS_KEPT, TriggerFor, UNPLACED};
 use super::{Resolution, Schedule, SlotRecord, SlotState, schedule};
 use crate::acl::NodeAcl;
 use crate::contender::{self, Participant};
@@ -33,6 +33,14 @@ pub struct JobStatus {
     pub open: Vec<SlotRecord>,
     /// The newest settled slot.
     pub last: Option<SlotRecord>,
+    /// The slots among [`open`](Self::open) recorded `running` whose runner's term is gone:
+    /// no node in the job's election has the record's token as its `czxid` (the runner crashed,
+    /// froze past its session, or lost its term, and no leader has taken the slot up yet; the
+    /// next one will, by its on-crash policy).
+    pub orphaned: Vec<String>,
+    /// The newest slot recorded `succeeded` that the history still holds (by its end, the
+    /// ensemble's time in `ended_ms`).
+    pub last_success: Option<SlotRecord>,
 }
 
 /// An operator's handle on a job: read its history and status, trigger, pause, resume, resolve
@@ -141,6 +149,18 @@ impl JobAdmin {
             .collect();
         records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
         let last = records.iter().find(|r| r.state.is_final()).cloned();
+        let last_success = records
+            .iter()
+            .filter(|r| r.state == SlotState::Succeeded)
+            .max_by_key(|r| (r.ended_ms.unwrap_or(r.nominal_ms), r.nominal_ms))
+            .cloned();
+        let terms = live_terms(&client, &path::join(&self.path, "leader")).await?;
+        let orphaned = records
+            .iter()
+            .filter(|r| r.state == SlotState::Running)
+            .filter(|r| r.token.is_none_or(|t| !terms.contains(&t)))
+            .map(|r| r.slot.clone())
+            .collect();
         let open = records
             .into_iter()
             .filter(|r| !r.state.is_final())
@@ -159,6 +179,8 @@ impl JobAdmin {
                 .saturating_sub(state.as_ref().map_or(0, |s| s.triggers_done)),
             open,
             last,
+            orphaned,
+            last_success,
         })
     }
 
@@ -172,10 +194,31 @@ impl JobAdmin {
     /// The request is sent when the future is first polled; dropped after that, the trigger may
     /// or may not have been recorded.
     pub async fn trigger(&self) -> Result<u64> {
+        self.trigger_for(TriggerFor::default()).await
+    }
+
+    /// As [`trigger`](Self::trigger), for a slot of the schedule or a business date
+    /// ([`TriggerFor`]): the run is still recorded as `trigger-N`, and its
+    /// [`SlotRun`](super::SlotRun) (and `zkr cron run`'s command, `ZK_FOR_SLOT`,
+    /// `ZK_BUSINESS_DATE`) carries what it is for. Returns N.
+    ///
+    /// A replica of an earlier version leads the trigger as a plain one (it does not read
+    /// what it is for), and an operator's tool of an earlier version that writes the controls
+    /// (pause, resume, trigger) drops what is recorded for triggers not yet taken up.
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors.
+    ///
+    /// # Cancel safety
+    /// As [`trigger`](Self::trigger).
+    pub async fn trigger_for(&self, asked: TriggerFor) -> Result<u64> {
         let mut n = 0;
         self.update_control(|c| {
             c.triggers += 1;
             n = c.triggers;
+            if !asked.is_plain() {
+                c.trigger_for.insert(n, asked.clone());
+            }
         })
         .await?;
         Ok(n)
@@ -209,10 +252,13 @@ impl JobAdmin {
 
     /// Resolves a parked slot: [`Resolution::Done`] records it succeeded (`resolved`),
     /// [`Resolution::Rerun`] hands it back to the leader, which runs it with `attempt + 1`.
+    /// A `failed` slot may be re-run too (not marked done: its failure is a fact): it becomes
+    /// `pending` (`rerun`) and runs again, recovering. Its retries on failure are not renewed:
+    /// the re-run is retried only while the slot's failures stay within the job's retries.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the slot has no record or is not parked; connection and
-    /// ZooKeeper errors.
+    /// [`Error::InvalidArgument`] when the slot has no record, or is neither parked nor (for a
+    /// re-run) failed; connection and ZooKeeper errors.
     ///
     /// # Cancel safety
     /// As [`trigger`](Self::trigger).
@@ -230,10 +276,18 @@ impl JobAdmin {
             Err(e) => return Err(e.into()),
         };
         let mut record = SlotRecord::from_bytes(&slot_path, &data)?;
-        if record.state != SlotState::Parked {
+        let allowed = match resolution {
+            Resolution::Done => record.state == SlotState::Parked,
+            Resolution::Rerun => matches!(record.state, SlotState::Parked | SlotState::Failed),
+        };
+        if !allowed {
+            let what = match resolution {
+                Resolution::Done => "parked",
+                Resolution::Rerun => "parked or failed",
+            };
             return Err(Error::InvalidArgument {
                 what: "slot",
-                reason: format!("{slot:?} is {}, not parked", record.state.as_str()),
+                reason: format!("{slot:?} is {}, not {what}", record.state.as_str()),
             });
         }
         match resolution {
@@ -262,6 +316,9 @@ impl JobAdmin {
         for _ in 0..100 {
             let (mut control, version) = read_control(&client, &self.path).await?;
             change(&mut control);
+            // What triggers were for is kept for the newest ones only.
+            let oldest = control.triggers.saturating_sub(TRIGGER_ARGS_KEPT);
+            control.trigger_for.retain(|n, _| *n > oldest);
             let result = match version {
                 Some(v) => client
                     .set_data(&control_path, &control.to_bytes(), Some(v))
@@ -292,6 +349,25 @@ impl JobAdmin {
             reason: "lost 100 compare-and-set races in a row".into(),
         })
     }
+}
+
+/// The tokens of the terms that may still run: the `czxid` of every node in the job's
+/// election (a term's token is its leader node's `czxid`).
+async fn live_terms(client: &zookeeper_client::Client, election: &str) -> Result<Vec<i64>> {
+    let children = match client.list_children(election).await {
+        Ok(c) => c,
+        Err(zookeeper_client::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut terms = Vec::with_capacity(children.len());
+    for child in children {
+        match client.check_stat(&path::join(election, &child)).await {
+            Ok(Some(stat)) => terms.push(stat.czxid),
+            Ok(None) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(terms)
 }
 
 /// The control node and its version (`None`: it does not exist yet).

@@ -123,6 +123,21 @@ impl ScheduledJobBuilder {
         self
     }
 
+    /// Retries on failure: a run that returns an error (`zkr cron run`: a non-zero exit) is run
+    /// again within its slot, up to `retries` times, `backoff` after each failure (default: 0,
+    /// no retry). Each retry is claimed with the current term's token, as `attempt + 1` with
+    /// [`SlotRun::is_recovering`](super::SlotRun::is_recovering) true, and recorded in the
+    /// slot's [`attempts`](super::SlotRecord::attempts); while it waits, the record is
+    /// `pending` (`reason: retry`), so that a failover during the backoff hands the retry to the
+    /// next leader. Distinct from [`max_attempts`](Self::max_attempts), which bounds the runs
+    /// cut off by a crash or a lost term: failures count against `retries`, cut-off starts
+    /// against `max_attempts`.
+    pub fn retries(mut self, retries: u32, backoff: Duration) -> Self {
+        self.policies.retries = retries;
+        self.policies.retry_backoff = backoff;
+        self
+    }
+
     /// How many slot records are kept (default 100, at most [`MAX_HISTORY`]); older settled
     /// ones are deleted.
     pub fn history_limit(mut self, records: usize) -> Self {

@@ -37,6 +37,21 @@ pub enum JobEvent {
         /// job's error.
         reason: Option<String>,
     },
+    /// A run returned an error and will be run again within its slot
+    /// ([`ScheduledJobBuilder::retries`](super::ScheduledJobBuilder::retries)): the slot is
+    /// recorded `pending` (`reason: retry`) until the retry starts.
+    SlotRetrying {
+        /// The slot key.
+        slot: String,
+        /// The attempt that failed.
+        attempt: u32,
+        /// The slot's failed attempts so far, this one included.
+        failures: u32,
+        /// How long until the retry starts.
+        backoff: Duration,
+        /// The job's error.
+        error: String,
+    },
     /// A slot was recorded skipped.
     SlotSkipped {
         /// The slot key.
@@ -108,6 +123,8 @@ pub struct SlotRun {
     pub(super) attempt: u32,
     pub(super) recovering: bool,
     pub(super) triggered: bool,
+    pub(super) for_slot: Option<String>,
+    pub(super) business_date: Option<String>,
     pub(super) term: Leadership,
     pub(super) exit_code: Arc<Mutex<Option<i32>>>,
 }
@@ -118,7 +135,8 @@ impl SlotRun {
         &self.slot
     }
 
-    /// The slot's nominal instant (for a trigger, when it was taken up).
+    /// The slot's nominal instant (for a trigger, when it was taken up; for a trigger an
+    /// operator gave a slot key, [`for_slot`](Self::for_slot), that slot's instant).
     pub fn nominal(&self) -> SystemTime {
         let ms = u64::try_from(self.nominal_ms).unwrap_or(0);
         UNIX_EPOCH + Duration::from_millis(ms)
@@ -144,6 +162,21 @@ impl SlotRun {
     /// rather than the schedule.
     pub fn is_triggered(&self) -> bool {
         self.triggered
+    }
+
+    /// For a trigger an operator gave a slot key (`zkr cron trigger --slot KEY`,
+    /// [`TriggerFor::slot`](super::TriggerFor::slot)): that slot's key. [`slot`](Self::slot) is
+    /// still the trigger's own key (`trigger-N`), under which it is recorded.
+    pub fn for_slot(&self) -> Option<&str> {
+        self.for_slot.as_deref()
+    }
+
+    /// For a trigger an operator gave a business date (`zkr cron trigger --date 2026-12-03`,
+    /// [`TriggerFor::date`](super::TriggerFor::date)): the date, `YYYY-MM-DD`. `None` for a
+    /// scheduled slot: its business date is the job's to derive from [`nominal`](Self::nominal)
+    /// in its own zone.
+    pub fn business_date(&self) -> Option<&str> {
+        self.business_date.as_deref()
     }
 
     /// The leadership term this run belongs to: `cancelled()`, `is_valid()`, `fenced(..)`.

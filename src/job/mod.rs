@@ -61,7 +61,10 @@ pub use admin::{JobAdmin, JobStatus};
 pub use builder::{PreparedJob, ScheduledJobBuilder};
 pub use event::{JobEvent, SlotJob, SlotRun};
 pub use policy::{CatchUp, OnCrash, Overlap, Resolution};
-pub use record::{SlotRange, SlotRecord, SlotState};
+pub use record::{
+    AttemptOutcome, AttemptRecord, MAX_ATTEMPT_ERROR, MAX_ATTEMPT_RECORDS, SlotRange, SlotRecord,
+    SlotState, TriggerFor,
+};
 pub use schedule::{Schedule, SkewedClock, SystemClock, WallClock};
 
 use crate::acl::NodeAcl;

@@ -91,6 +91,9 @@ pub(crate) enum PendingReason {
     Buffered,
     /// Released by an operator ([`Resolution::Rerun`](super::Resolution::Rerun)): `rerun`.
     Rerun,
+    /// Its run returned an error and it waits for its retry on failure
+    /// ([`ScheduledJobBuilder::retries`](super::ScheduledJobBuilder::retries)): `retry`.
+    Retry,
 }
 
 impl PendingReason {
@@ -99,6 +102,7 @@ impl PendingReason {
         match self {
             PendingReason::Buffered => "buffered",
             PendingReason::Rerun => "rerun",
+            PendingReason::Retry => "retry",
         }
     }
 
@@ -107,6 +111,7 @@ impl PendingReason {
         match record.reason.as_deref() {
             Some("buffered") => Some(PendingReason::Buffered),
             Some("rerun") => Some(PendingReason::Rerun),
+            Some("retry") => Some(PendingReason::Retry),
             _ => None,
         }
     }
@@ -158,9 +163,10 @@ pub(crate) struct NotRun {
 /// What becomes of a slot an earlier term started and never finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Crash {
-    /// Run it again, as attempt `attempt`.
+    /// Run it again.
     Retry {
-        /// The next attempt.
+        /// The next cut-off count's start: `attempt + 1` of what [`crash`] was given (the
+        /// run's own attempt number is the record's `attempt + 1`, in the [`Work`]).
         attempt: u32,
     },
     /// Record it `state` (failed or parked) for `reason`, without running it.
@@ -172,9 +178,11 @@ pub(crate) enum Crash {
     },
 }
 
-/// The on-crash rule: a cut-off slot started `attempt` times is retried under
-/// [`OnCrash::Retry`] while `attempt < max_attempts`, then failed (`max_attempts`); failed
-/// (`cut_off`) under [`OnCrash::Fail`]; parked (`cut_off`) under [`OnCrash::Park`].
+/// The on-crash rule: a slot whose starts were cut off `attempt` times (this one included;
+/// [`recovery`] passes `attempt - failures`, so that the starts that failed and were retried on
+/// failure do not count) is retried under [`OnCrash::Retry`] while `attempt < max_attempts`,
+/// then failed (`max_attempts`); failed (`cut_off`) under [`OnCrash::Fail`]; parked
+/// (`cut_off`) under [`OnCrash::Park`].
 pub(crate) fn crash(on_crash: OnCrash, max_attempts: u32, attempt: u32) -> Crash {
     match on_crash {
         OnCrash::Retry if attempt < max_attempts => Crash::Retry {
@@ -230,9 +238,12 @@ pub(crate) fn recovery(records: &Records, token: i64, policies: &Policies) -> Re
         cut_off
             .into_iter()
             .map(|(nominal_ms, key, record)| {
-                let decision = crash(policies.on_crash, policies.max_attempts, record.attempt);
+                // Only the starts that were cut off count against max attempts; the ones that
+                // failed count against the retries on failure.
+                let cut_offs = record.attempt.saturating_sub(record.failures);
+                let decision = crash(policies.on_crash, policies.max_attempts, cut_offs);
                 let attempt = match decision {
-                    Crash::Retry { attempt } => attempt,
+                    Crash::Retry { .. } => record.attempt.saturating_add(1),
                     Crash::Settle { .. } => record.attempt,
                 };
                 let work = Work {
@@ -265,7 +276,10 @@ pub(crate) fn pending(records: &Records, queue: &VecDeque<Work>) -> Vec<Work> {
             key: key.clone(),
             nominal_ms,
             attempt: r.attempt + 1,
-            recovering: PendingReason::of(r) == Some(PendingReason::Rerun),
+            recovering: matches!(
+                PendingReason::of(r),
+                Some(PendingReason::Rerun | PendingReason::Retry)
+            ),
             // A trigger's re-run must not move the trigger count (`Some(0)`).
             trigger: key.starts_with("trigger-").then_some(0),
         })
@@ -491,6 +505,11 @@ pub(crate) struct Running<'a> {
     pub(crate) paused: bool,
     /// Whether a slot is buffered already.
     pub(crate) buffered: bool,
+    /// Whether the running slot started late: a retry of a cut-off slot (a failover), or a
+    /// slot started more than the misfire tolerance after its instant (a catch-up). A slot that
+    /// comes due while such a run goes on is buffered, not skipped, under [`Overlap::Skip`]
+    /// too: the overlap is the failover's doing, not the job's.
+    pub(crate) late_start: bool,
 }
 
 /// What becomes of the slots that came due while one runs.
@@ -559,7 +578,7 @@ pub(crate) fn overlap(schedule: &Schedule, policies: &Policies, run: &Running<'_
             reason: NotRunReason::Paused,
         });
     }
-    if policies.overlap == Overlap::BufferOne
+    if (policies.overlap == Overlap::BufferOne || run.late_start)
         && !run.buffered
         && let Some(first) = schedule.next_after(cursor)
     {
@@ -686,6 +705,31 @@ pub(crate) fn outcome(end: RunEnd) -> (SlotState, Option<String>) {
             Some("cut off: the term ended".to_owned()),
         ),
     }
+}
+
+/// Whether a run started at the ensemble's time `started` for a slot whose instant is
+/// `nominal` (`None`: a trigger) started late: a retry of a cut-off slot or of a failed run, or
+/// more than the misfire tolerance (half a period, at most [`MISFIRE_MAX`]) after its instant.
+pub(crate) fn started_late(
+    schedule: &Schedule,
+    nominal: Option<i64>,
+    recovering: bool,
+    started: i64,
+) -> bool {
+    if recovering {
+        return true;
+    }
+    nominal.is_some_and(|nominal| {
+        let half = schedule.period_after(nominal) / 2;
+        let tolerance = i64::try_from(half.min(MISFIRE_MAX).as_millis()).unwrap_or(0);
+        started.saturating_sub(nominal) > tolerance
+    })
+}
+
+/// Whether a run that returned an error is retried on failure: `failures` (this one
+/// included) is at most `retries`.
+pub(crate) fn retry_on_failure(retries: u32, failures: u32) -> bool {
+    failures <= retries
 }
 
 /// The settled records to delete, oldest first, with their versions: beyond `limit` records

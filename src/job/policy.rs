@@ -79,6 +79,10 @@ pub(crate) struct Policies {
     pub(crate) history_max_age: Duration,
     /// Whether a changed schedule replays its slots since the job's cursor.
     pub(crate) replay_on_change: bool,
+    /// How many times a run that returned an error is run again within its slot.
+    pub(crate) retries: u32,
+    /// How long the leader waits before each such retry.
+    pub(crate) retry_backoff: Duration,
 }
 
 impl Default for Policies {
@@ -92,6 +96,8 @@ impl Default for Policies {
             history_limit: 100,
             history_max_age: Duration::from_secs(30 * 24 * 3600),
             replay_on_change: false,
+            retries: 0,
+            retry_backoff: Duration::ZERO,
         }
     }
 }

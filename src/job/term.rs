@@ -17,7 +17,7 @@ use zookeeper_client::CreateMode;
 use super::admin::read_records;
 use super::ensemble::EnsembleClock;
 use super::plan::{self, Crash, NotRun, NotRunReason, Records, Recovery, SettleReason, Step, Work};
-use super::record::{Control, JobState, UNPLACED};
+use super::record::{AttemptEnd, AttemptOutcome, Control, JobState, UNPLACED};
 use super::{AbortOnDrop, Inner, JobEvent, Schedule, SlotJob, SlotRecord, SlotState};
 use crate::clock::BootTime;
 use crate::error::{Backoff, BoxError, Error, Result};
@@ -84,6 +84,9 @@ pub(super) struct TermRun<'a> {
     /// beyond that came due because the estimate moved on a new sample, not by waiting, and
     /// are taken up as on time after the run.
     run_started: Option<(i64, BootTime)>,
+    /// Whether the running slot started late (a retry, a catch-up): a slot that comes due
+    /// while it runs is buffered rather than skipped ([`plan::started_late`]).
+    run_late: bool,
 }
 
 impl<'a> TermRun<'a> {
@@ -107,6 +110,7 @@ impl<'a> TermRun<'a> {
             buffered: false,
             ensemble: EnsembleClock::default(),
             run_started: None,
+            run_late: false,
         }
     }
 
@@ -599,9 +603,17 @@ impl<'a> TermRun<'a> {
             return Ok(());
         };
         let mut record = record;
+        let now = self.now();
+        record.end_attempt(AttemptEnd {
+            outcome: AttemptOutcome::CutOff,
+            ended_ms: now,
+            exit_code: None,
+            error: None,
+            found: Some((self.inner.id.clone(), self.term.token().get())),
+        });
         record.state = state;
         record.reason = Some(reason.to_owned());
-        record.ended_ms = Some(self.now());
+        record.ended_ms = Some(now);
         let results = self
             .fenced(vec![FencedOp::SetData {
                 path: self.slot_path(key),
@@ -610,7 +622,7 @@ impl<'a> TermRun<'a> {
             }])
             .await?;
         self.remember(key, record, new_version(&results, 0));
-        info!(slot = %key, outcome = state.as_str(), reason, "slot settled");
+        info!(slot = %key, token = %self.term.token(), outcome = state.as_str(), reason, "slot settled");
         self.emit(JobEvent::SlotFinished {
             slot: key.to_owned(),
             outcome: state,

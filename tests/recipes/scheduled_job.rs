@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use common::{BOUND, eventually, proxy_to, session, shared_server, within, zookeeper};
 use zookeeper_recipes::job::{
-    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SkewedClock,
-    SlotRecord, SlotRun, SlotState,
+    AttemptOutcome, CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule,
+    ScheduledJob, SkewedClock, SlotRecord, SlotRun, SlotState, TriggerFor,
 };
 use zookeeper_recipes::{BootTime, TestClock};
 use zookeeper_recipes::{Error, ErrorPolicy, FencingToken, Session};
@@ -2163,4 +2163,501 @@ async fn a_run_that_ignores_its_cancellation_stops_before_the_successor_retries_
         b.close().await.unwrap();
         a.close().await.unwrap();
     }
+}
+
+/// A job that fails (with "failure N") on the slots in `failing` until it has failed there
+/// `times` times, and records every run.
+fn failing(
+    runs: &Runs,
+    times: u32,
+    failing: &'static [&'static str],
+) -> impl Fn(SlotRun) -> futures::future::BoxFuture<'static, Result<(), std::io::Error>>
++ Send
++ Sync
++ 'static {
+    let runs = runs.clone();
+    let failed = Arc::new(Mutex::new(BTreeMap::<String, u32>::new()));
+    move |run: SlotRun| {
+        let runs = runs.clone();
+        let failed = Arc::clone(&failed);
+        Box::pin(async move {
+            let start = Instant::now();
+            runs.0.lock().unwrap().push(Run {
+                who: "r".into(),
+                slot: run.slot().to_owned(),
+                token: run.token(),
+                attempt: run.attempt(),
+                recovering: run.is_recovering(),
+                start,
+                end: Instant::now(),
+            });
+            let mut failed = failed.lock().unwrap();
+            let n = failed.entry(run.slot().to_owned()).or_insert(0);
+            if failing.contains(&run.slot()) && *n < times {
+                *n += 1;
+                return Err(std::io::Error::other(format!("failure {n}")));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_retried_cut_off_slot_keeps_every_attempt_in_its_record() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let one = hours_ago(3);
+    let path = testing::unique_path("cron-audit");
+    leave_cut_off(&s, &path, &one, 1).await;
+    let runs = Runs::default();
+    let job = one_replica(&s, &path, &runs, |b| b).await;
+    let record = eventually(BOUND, "the cut-off slot retried", || async {
+        let r = by_slot(&s, &path).await;
+        r.get(&one)
+            .filter(|r| r.state == SlotState::Succeeded)
+            .cloned()
+    })
+    .await;
+    job.close().await.unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(&record).unwrap());
+    assert_eq!(record.attempt, 2);
+    assert_eq!(record.attempts.len(), 2, "{record:#?}");
+    let (first, second) = (&record.attempts[0], &record.attempts[1]);
+    // The first attempt's facts survive its retry: its runner, token and start.
+    assert_eq!(first.attempt, 1);
+    assert_eq!(first.runner.as_deref(), Some("crashed"));
+    assert_eq!(first.token, Some(1));
+    assert_eq!(first.started_ms, Some(1));
+    assert_eq!(first.outcome, AttemptOutcome::CutOff);
+    assert_eq!(first.found_by.as_deref(), Some("next"));
+    assert_eq!(first.found_token, record.token);
+    assert!(first.ended_ms.is_some());
+    assert_eq!(second.attempt, 2);
+    assert_eq!(second.runner.as_deref(), Some("next"));
+    assert_eq!(second.token, record.token);
+    assert_eq!(second.outcome, AttemptOutcome::Succeeded);
+    assert!(second.started_ms <= second.ended_ms);
+}
+
+#[tokio::test]
+async fn status_flags_a_running_slot_whose_runner_is_gone() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let one = hours_ago(3);
+    let path = testing::unique_path("cron-orphan");
+    // A runner that crashed, and no replica since.
+    leave_cut_off(&s, &path, &one, 1).await;
+    let admin = JobAdmin::new(&s, &path).unwrap();
+    let status = admin.status().await.unwrap();
+    assert_eq!(status.leader, None);
+    assert_eq!(status.orphaned, vec![one.clone()], "{status:#?}");
+    // A live run is not flagged.
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("live")
+        .on_crash(OnCrash::Park)
+        .start(recorder("live", &runs, Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    job.admin().trigger().await.unwrap();
+    let started = next_started(&mut events, "the trigger started").await;
+    assert_eq!(started, "trigger-1");
+    let status = admin.status().await.unwrap();
+    assert_eq!(status.leader.as_deref(), Some("live"));
+    assert!(
+        status
+            .open
+            .iter()
+            .any(|r| r.slot == "trigger-1" && r.state == SlotState::Running),
+        "{status:#?}"
+    );
+    assert!(status.orphaned.is_empty(), "{status:#?}");
+    job.close().await.unwrap();
+    // Closed mid-run: its term is gone, the slot stays running, and is flagged.
+    let status = admin.status().await.unwrap();
+    assert!(
+        status.orphaned.contains(&"trigger-1".to_owned()),
+        "{status:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_run_is_retried_within_its_slot_and_a_failed_slot_can_be_rerun() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-retries");
+    let runs = Runs::default();
+    // trigger-1 fails twice, then succeeds; trigger-2 fails three times: more than two retries.
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("r")
+        .retries(2, Duration::from_millis(200))
+        .start(failing(&runs, 3, &["trigger-2"]))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    let admin = job.admin();
+    admin.trigger().await.unwrap();
+    let retrying = within(BOUND, "trigger-1 finished", async {
+        let mut retrying = 0;
+        loop {
+            match events.recv().await {
+                Ok(JobEvent::SlotRetrying { .. }) => retrying += 1,
+                Ok(JobEvent::SlotFinished { slot, outcome, .. }) if slot == "trigger-1" => {
+                    break (retrying, outcome);
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    // trigger-1 is not failing: it succeeds at once.
+    assert_eq!(retrying, (0, SlotState::Succeeded));
+    admin.trigger().await.unwrap();
+    let (retrying, outcome, started) = within(BOUND, "trigger-2 finished", async {
+        let (mut retrying, mut started) = (Vec::new(), 0);
+        loop {
+            match events.recv().await {
+                Ok(JobEvent::SlotRetrying {
+                    slot,
+                    attempt,
+                    failures,
+                    backoff,
+                    error,
+                }) if slot == "trigger-2" => {
+                    assert_eq!(backoff, Duration::from_millis(200));
+                    retrying.push((attempt, failures, error));
+                }
+                Ok(JobEvent::SlotStarted { slot, .. }) if slot == "trigger-2" => started += 1,
+                Ok(JobEvent::SlotFinished { slot, outcome, .. }) if slot == "trigger-2" => {
+                    break (retrying, outcome, started);
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(outcome, SlotState::Failed);
+    assert_eq!(started, 3, "a first run and two retries");
+    assert_eq!(
+        retrying,
+        vec![
+            (1, 1, "failure 1".to_owned()),
+            (2, 2, "failure 2".to_owned())
+        ]
+    );
+    let r = &by_slot(&s, &path).await["trigger-2"];
+    assert_eq!((r.state, r.attempt, r.failures), (SlotState::Failed, 3, 3));
+    assert_eq!(r.error.as_deref(), Some("failure 3"));
+    let outcomes: Vec<(u32, AttemptOutcome, Option<&str>)> = r
+        .attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome, a.error.as_deref()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (1, AttemptOutcome::Failed, Some("failure 1")),
+            (2, AttemptOutcome::Failed, Some("failure 2")),
+            (3, AttemptOutcome::Failed, Some("failure 3")),
+        ]
+    );
+    // Every attempt of the slot ran in this term, with its token, one after the other.
+    let tries: Vec<Run> = runs
+        .all()
+        .into_iter()
+        .filter(|run| run.slot == "trigger-2")
+        .collect();
+    assert!(tries.iter().all(|t| Some(t.token.get()) == r.token));
+    assert_eq!(
+        tries.iter().map(|t| t.recovering).collect::<Vec<_>>(),
+        vec![false, true, true]
+    );
+    for w in tries.windows(2) {
+        assert!(w[1].start.duration_since(w[0].end) >= Duration::from_millis(190));
+    }
+
+    // An operator re-runs the failed slot: it runs once more (its retries are spent) and
+    // succeeds now.
+    admin.resolve("trigger-2", Resolution::Rerun).await.unwrap();
+    let r = eventually(BOUND, "the failed slot re-run", || async {
+        by_slot(&s, &path)
+            .await
+            .remove("trigger-2")
+            .filter(|r| r.state == SlotState::Succeeded)
+    })
+    .await;
+    assert_eq!((r.attempt, r.failures), (4, 3));
+    assert_eq!(
+        r.attempts.last().map(|a| a.outcome),
+        Some(AttemptOutcome::Succeeded)
+    );
+    assert!(runs.all().last().unwrap().recovering);
+    // A succeeded slot is not re-run.
+    assert!(matches!(
+        admin.resolve("trigger-2", Resolution::Rerun).await,
+        Err(Error::InvalidArgument { .. })
+    ));
+    job.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_trigger_carries_the_slot_or_business_date_it_was_asked_for() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-trigger-for");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let job = {
+        let seen = Arc::clone(&seen);
+        ScheduledJob::builder(&s, &path)
+            .every(Duration::from_secs(3600))
+            .id("t")
+            .start(move |run: SlotRun| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.lock().unwrap().push((
+                        run.slot().to_owned(),
+                        run.nominal_ms(),
+                        run.for_slot().map(str::to_owned),
+                        run.business_date().map(str::to_owned),
+                    ));
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .await
+            .unwrap()
+    };
+    let admin = job.admin();
+    let slot = hours_ago(30);
+    assert_eq!(
+        admin
+            .trigger_for(TriggerFor::slot(&slot).unwrap())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        admin
+            .trigger_for(TriggerFor::date("2026-12-03").unwrap())
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(admin.trigger().await.unwrap(), 3);
+    let records = eventually(BOUND, "three triggers succeeded", || async {
+        let r = by_slot(&s, &path).await;
+        (r.values()
+            .filter(|r| r.state == SlotState::Succeeded)
+            .count()
+            == 3)
+            .then_some(r)
+    })
+    .await;
+    let status = admin.status().await.unwrap();
+    job.close().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(
+        (
+            seen[0].0.as_str(),
+            seen[0].1,
+            seen[0].2.as_deref(),
+            seen[0].3.as_deref()
+        ),
+        (
+            "trigger-1",
+            Schedule::parse_key(&slot).unwrap(),
+            Some(slot.as_str()),
+            None
+        )
+    );
+    assert_eq!(
+        (
+            seen[1].0.as_str(),
+            seen[1].2.as_deref(),
+            seen[1].3.as_deref()
+        ),
+        ("trigger-2", None, Some("2026-12-03"))
+    );
+    assert_eq!((seen[2].2.as_deref(), seen[2].3.as_deref()), (None, None));
+    assert_eq!(
+        records["trigger-1"].for_slot.as_deref(),
+        Some(slot.as_str())
+    );
+    assert_eq!(
+        records["trigger-2"].business_date.as_deref(),
+        Some("2026-12-03")
+    );
+    // Bad input is refused before anything is sent.
+    assert!(TriggerFor::slot("yesterday").is_err());
+    assert!(TriggerFor::date("2026-13-01").is_err());
+    assert!(TriggerFor::date("2026-1-1").is_err());
+    // The status says when the last success was.
+    let last = status.last_success.expect("a last success");
+    assert_eq!(last.slot, "trigger-3");
+    let age = chrono_now_ms() - last.ended_ms.unwrap();
+    assert!((-10_000..BOUND.as_millis() as i64).contains(&age), "{age}");
+}
+
+#[tokio::test]
+async fn a_failover_mid_slot_costs_no_slot_under_the_defaults() {
+    if !zookeeper() {
+        return;
+    }
+    // The operator's case scaled down: a run of half the period, its leader gone mid-run, the
+    // retry started most of a period later by the next replica; before, the slot that came due
+    // during the retry overlapped it and was skipped.
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-failover-slot");
+    let period = Duration::from_secs(4);
+    let run = Duration::from_secs(2);
+    let runs = Runs::default();
+    let a = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("a")
+        .start(recorder("a", &runs, run))
+        .await
+        .unwrap();
+    let mut events = a.events();
+    let first = next_started(&mut events, "a started a slot").await;
+    let s0 = Schedule::parse_key(&first).unwrap();
+    // a goes mid-run (its slot is cut off); the next replica starts 3.2 s into the slot (the
+    // failover's time: the test's input).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    a.close().await.unwrap();
+    let wait = (s0 + 3_200 - chrono_now_ms()).max(0);
+    tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap())).await;
+    let b = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .id("b")
+        .start(recorder("b", &runs, run))
+        .await
+        .unwrap();
+    let p = i64::try_from(period.as_millis()).unwrap();
+    let s3 = Schedule::key(s0 + 3 * p);
+    eventually(
+        BOUND,
+        "the third slot after the cut-off one settled",
+        || async {
+            let r = by_slot(&s, &path).await;
+            r.get(&s3).filter(|r| r.state.is_final()).map(|_| ())
+        },
+    )
+    .await;
+    b.close().await.unwrap();
+    let records = by_slot(&s, &path).await;
+    for r in records.values() {
+        eprintln!(
+            "{} {:?} attempt {} reason {:?}",
+            r.slot, r.state, r.attempt, r.reason
+        );
+    }
+    for i in 0..=3 {
+        let key = Schedule::key(s0 + i * p);
+        let r = records
+            .get(&key)
+            .unwrap_or_else(|| panic!("no record of {key}: {records:#?}"));
+        assert_eq!(
+            r.state,
+            SlotState::Succeeded,
+            "{key} lost to the failover: {r:?}"
+        );
+    }
+    assert_eq!(records[&first].attempt, 2);
+    runs.assert_serial();
+}
+
+#[tokio::test]
+async fn a_drain_during_the_backoff_leaves_the_retry_to_the_next_leader() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-retry-drain");
+    let runs = Runs::default();
+    // trigger-1 fails once; the retry waits a minute.
+    let a = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("a")
+        .retries(1, Duration::from_secs(60))
+        .start(failing(&runs, 1, &["trigger-1"]))
+        .await
+        .unwrap();
+    let mut events = a.events();
+    a.admin().trigger().await.unwrap();
+    within(BOUND, "trigger-1 failed and waits for its retry", async {
+        loop {
+            if let Ok(JobEvent::SlotRetrying { slot, .. }) = events.recv().await {
+                break assert_eq!(slot, "trigger-1");
+            }
+        }
+    })
+    .await;
+    let r = &by_slot(&s, &path).await["trigger-1"];
+    assert_eq!(
+        (r.state, r.reason.as_deref(), r.failures),
+        (SlotState::Pending, Some("retry"), 1)
+    );
+    // The drain does not wait out the minute.
+    let drained_at = Instant::now();
+    within(
+        Duration::from_secs(20),
+        "the drain during the backoff",
+        a.drain(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let drained = drained_at.elapsed();
+    assert!(drained < Duration::from_secs(20), "{drained:?}");
+    assert_eq!(runs.count(), 1, "a started no retry");
+    // The next leader runs the retry at once, recovering, as attempt 2 (the cause is gone:
+    // it succeeds).
+    let b = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("b")
+        .retries(1, Duration::from_secs(60))
+        .start(failing(&runs, 0, &[]))
+        .await
+        .unwrap();
+    let r = eventually(BOUND, "b ran the retry", || async {
+        by_slot(&s, &path)
+            .await
+            .remove("trigger-1")
+            .filter(|r| r.state.is_final())
+    })
+    .await;
+    b.close().await.unwrap();
+    assert_eq!(
+        (r.state, r.attempt, r.runner.as_deref()),
+        (SlotState::Succeeded, 2, Some("b"))
+    );
+    let tries = runs.all();
+    assert_eq!(tries.len(), 2);
+    assert!(tries[1].recovering);
+    assert!(tries[1].token > tries[0].token);
+    let outcomes: Vec<AttemptOutcome> = r.attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [AttemptOutcome::Failed, AttemptOutcome::Succeeded]
+    );
+    eprintln!(
+        "the drain took {:.0} ms during a 60 s backoff",
+        drained.as_secs_f64() * 1e3
+    );
 }

@@ -193,17 +193,35 @@ pub(crate) enum CronCommand {
         #[arg(long, value_name = "N", default_value_t = 100)]
         limit: usize,
     },
-    /// The job's state as a JSON object: schedule, paused, leader, cursor, open slots, last slot
+    /// The job's state as a JSON object: schedule, paused, leader, cursor, open slots, last slot,
+    /// last success
     Status {
         /// Job path (absolute, or a name under /cron)
         #[arg(value_parser = parse_cron_path)]
         path: String,
+        /// Check the job's health and exit with its code: 0 healthy, 10 no success within
+        /// --max-age, 11 the latest slot failed or a slot is parked, 12 no leader (the first that
+        /// applies of 12, 11, 10)
+        #[arg(long)]
+        check: bool,
+        /// With --check: the longest time since the last success that is healthy (26h for a
+        /// nightly job)
+        #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration,
+            requires = "check")]
+        max_age: Option<Duration>,
     },
     /// Ask the leader to run the job now as an extra slot `trigger-N`; prints N
     Trigger {
         /// Job path (absolute, or a name under /cron)
         #[arg(value_parser = parse_cron_path)]
         path: String,
+        /// The run is for this slot of the schedule (its key, as `history` prints it): CMD gets
+        /// it as ZK_FOR_SLOT, and the slot's instant as ZK_NOMINAL
+        #[arg(long, value_name = "KEY", conflicts_with = "date", value_parser = parse_slot_key)]
+        slot: Option<String>,
+        /// The run is for this business date (YYYY-MM-DD): CMD gets it as ZK_BUSINESS_DATE
+        #[arg(long, value_name = "DATE", value_parser = parse_business_date)]
+        date: Option<String>,
     },
     /// Pause the job: the leader records due slots skipped (`paused`) until `resume`
     Pause {
@@ -225,7 +243,8 @@ pub(crate) enum CronCommand {
     },
     /// Preview a schedule's next slots and their keys, without ZooKeeper (one line each)
     Next(CronNextArgs),
-    /// Resolve a parked slot: `--done` records it succeeded, `--rerun` has the leader run it again
+    /// Resolve a parked slot: `--done` records it succeeded, `--rerun` has the leader run it
+    /// again (`--rerun` also takes a failed slot)
     Resolve {
         /// Job path (absolute, or a name under /cron)
         #[arg(value_parser = parse_cron_path)]
@@ -242,8 +261,8 @@ impl CronCommand {
     pub(crate) fn path(&self) -> Option<&str> {
         match self {
             CronCommand::History { path, .. }
-            | CronCommand::Status { path }
-            | CronCommand::Trigger { path }
+            | CronCommand::Status { path, .. }
+            | CronCommand::Trigger { path, .. }
             | CronCommand::Pause { path }
             | CronCommand::Resume { path }
             | CronCommand::Participants { path }
@@ -302,7 +321,7 @@ pub(crate) struct ResolutionArg {
     /// The work was done (checked by hand): record the slot succeeded
     #[arg(long)]
     pub(crate) done: bool,
-    /// Run the slot again (attempt + 1)
+    /// Run the slot again (attempt + 1); a parked or a failed slot
     #[arg(long)]
     pub(crate) rerun: bool,
 }
@@ -339,6 +358,15 @@ pub(crate) struct CronRunArgs {
     #[arg(long, value_name = "N", default_value_t = 3,
         value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_attempts: u32,
+    /// Retries on failure: a slot whose CMD exits non-zero is run again, up to N times, within
+    /// its slot (each retry attempt + 1, recorded; distinct from --max-attempts, which counts
+    /// cut-off runs)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) retries: u32,
+    /// How long to wait before each retry on failure
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+        default_value = "10s")]
+    pub(crate) retry_backoff: Duration,
     /// On SIGINT/SIGTERM while CMD runs a slot: start no more slots and let CMD finish for up to
     /// DURATION (its end is recorded), then leave; after DURATION, stop CMD as without --drain
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -438,6 +466,18 @@ fn parse_cron_path(s: &str) -> Result<String, String> {
     };
     zookeeper_recipes::path::validate_path(&path).map_err(|e| e.to_string())?;
     Ok(path)
+}
+
+/// A slot key of a schedule (`2026-12-03T01:00:00Z`), for `cron trigger --slot`.
+fn parse_slot_key(s: &str) -> Result<String, String> {
+    zookeeper_recipes::job::TriggerFor::slot(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+/// A business date `YYYY-MM-DD`, for `cron trigger --date`.
+fn parse_business_date(s: &str) -> Result<String, String> {
+    zookeeper_recipes::job::TriggerFor::date(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
 }
 
 fn parse_id(s: &str) -> Result<String, String> {

@@ -12,7 +12,8 @@ use futures::{Stream, StreamExt};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::job::{
-    CatchUp, JobAdmin, JobEvent, OnCrash, Overlap, Resolution, Schedule, ScheduledJob, SlotRun,
+    CatchUp, JobAdmin, JobEvent, JobStatus, OnCrash, Overlap, Resolution, Schedule, ScheduledJob,
+    SlotRun, SlotState, TriggerFor,
 };
 use zookeeper_recipes::{
     LeaderObserver, Leadership, ObserverEvent, Participant, Session, SessionStatus, participants_on,
@@ -32,6 +33,19 @@ const ENV_SLOT: &str = "ZK_SLOT";
 const ENV_ATTEMPT: &str = "ZK_ATTEMPT";
 /// `1` when the slot was cut off before (or an operator released it) and is run again, else `0`.
 const ENV_RECOVERING: &str = "ZK_RECOVERING";
+/// The run's nominal instant as a slot key (for a trigger `--slot KEY`, that slot's).
+const ENV_NOMINAL: &str = "ZK_NOMINAL";
+/// For a trigger `--slot KEY`: KEY.
+const ENV_FOR_SLOT: &str = "ZK_FOR_SLOT";
+/// For a trigger `--date DATE`: DATE.
+const ENV_BUSINESS_DATE: &str = "ZK_BUSINESS_DATE";
+
+/// `cron status --check`: the latest slot failed, or a slot is parked.
+const CHECK_FAILED: u8 = 11;
+/// `cron status --check`: no success within `--max-age`.
+const CHECK_STALE: u8 = 10;
+/// `cron status --check`: no replica leads the job.
+const CHECK_NO_LEADER: u8 = 12;
 
 /// A slot the job hands to zkr's main task, and where the main task answers how CMD ended.
 type SlotRequest = (SlotRun, SlotAnswer);
@@ -397,6 +411,7 @@ pub(crate) async fn cron_run(
             OnCrashArg::Park => OnCrash::Park,
         })
         .max_attempts(args.max_attempts)
+        .retries(args.retries, args.retry_backoff)
         // zkr stops CMD itself (SIGTERM, --grace, SIGKILL, never past the lease); a term whose
         // lease is not renewed ends CMD's grace before the lease's deadline, and the job waits
         // beyond that, so it never aborts a run whose CMD may still be alive.
@@ -496,11 +511,18 @@ pub(crate) async fn cron_run(
                 let term = run.leadership().clone();
                 terms.follow(Some(&term));
                 print_arrived(&mut events);
-                let spec = cmd
+                let mut spec = cmd
                     .clone()
                     .env(ENV_SLOT, run.slot())
                     .env(ENV_ATTEMPT, run.attempt().to_string())
-                    .env(ENV_RECOVERING, if run.is_recovering() { "1" } else { "0" });
+                    .env(ENV_RECOVERING, if run.is_recovering() { "1" } else { "0" })
+                    .env(ENV_NOMINAL, Schedule::key(run.nominal_ms()));
+                if let Some(slot) = run.for_slot() {
+                    spec = spec.env(ENV_FOR_SLOT, slot);
+                }
+                if let Some(date) = run.business_date() {
+                    spec = spec.env(ENV_BUSINESS_DATE, date);
+                }
                 let supervisor = SupervisedCommand::new(spec)
                     .grace(grace)
                     .shutdown(shutdown.clone());
@@ -720,22 +742,30 @@ pub(crate) async fn cron_admin(
     if let Some(note) = said.stderr {
         eprintln!("zkr: {note}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(said.code))
 }
 
-/// What an admin command says: its result on stdout, and a note or warning on stderr.
+/// What an admin command says: its result on stdout, a note or warning on stderr, and its exit
+/// code (0 but for `status --check`).
 #[derive(Debug, Default)]
 struct Said {
     stdout: Option<String>,
     stderr: Option<String>,
+    code: u8,
 }
 
 impl Said {
     fn out(text: String) -> Said {
         Said {
             stdout: Some(text),
-            stderr: None,
+            ..Said::default()
         }
+    }
+
+    /// Exits with `code`.
+    fn exit(mut self, code: u8) -> Said {
+        self.code = code;
+        self
     }
 
     /// `warning` on stderr as well, if there is one.
@@ -795,7 +825,44 @@ async fn nobody_stands(session: &Session, path: &str, what: &str) -> Option<Stri
     }
 }
 
-/// One admin command: what to print.
+/// `cron status --check`: the problems found, most pressing first, and the exit code of the
+/// first (0 when there is none).
+fn check_status(
+    status: &JobStatus,
+    max_age: Option<Duration>,
+    now_ms: i64,
+) -> (Vec<&'static str>, u8) {
+    let mut problems = Vec::new();
+    if status.leader.is_none() {
+        problems.push(("no_leader", CHECK_NO_LEADER));
+    }
+    let failed = status
+        .last
+        .as_ref()
+        .is_some_and(|r| r.state == SlotState::Failed);
+    let parked = status.open.iter().any(|r| r.state == SlotState::Parked);
+    if failed {
+        problems.push(("failed", CHECK_FAILED));
+    }
+    if parked {
+        problems.push(("parked", CHECK_FAILED));
+    }
+    if let Some(max_age) = max_age {
+        let max_ms = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let fresh = status
+            .last_success
+            .as_ref()
+            .and_then(|r| r.ended_ms)
+            .is_some_and(|ended| now_ms.saturating_sub(ended) <= max_ms);
+        if !fresh {
+            problems.push(("stale", CHECK_STALE));
+        }
+    }
+    let code = problems.first().map_or(0, |(_, code)| *code);
+    (problems.into_iter().map(|(p, _)| p).collect(), code)
+}
+
+/// One admin command: what to print, and how to exit.
 async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, Fail> {
     let admin = |path: &str| JobAdmin::new(session, path).map_err(Fail::from);
     if let Some(path) = command.path() {
@@ -809,19 +876,32 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
                 .map_err(|e| Fail::new(format!("cannot read the history of {path}: {e}")))?;
             Ok(Said::out(serde_json::to_string(&history)?))
         }
-        CronCommand::Status { path } => {
+        CronCommand::Status {
+            path,
+            check,
+            max_age,
+        } => {
             let status = admin(&path)?
                 .status()
                 .await
                 .map_err(|e| Fail::new(format!("cannot read the status of {path}: {e}")))?;
             let participants = job_participants(session, &path).await?;
-            let mut line = serde_json::to_value(output::StatusLine::from(&status))?;
+            let now_ms = i64::try_from(output::now_ms()).unwrap_or(i64::MAX);
+            let mut status_line = output::StatusLine::new(&status, now_ms);
+            // Without --check, status exits 0 whatever it finds, as before.
+            let mut code = 0;
+            if check {
+                let (problems, first) = check_status(&status, max_age, now_ms);
+                status_line = status_line.with_check(problems, max_age);
+                code = first;
+            }
+            let mut line = serde_json::to_value(status_line)?;
             if let serde_json::Value::Object(fields) = &mut line {
                 let list: Vec<output::ParticipantLine<'_>> =
                     participants.iter().map(Into::into).collect();
                 fields.insert("participants".to_owned(), serde_json::to_value(&list)?);
             }
-            Ok(Said::out(serde_json::to_string(&line)?))
+            Ok(Said::out(serde_json::to_string(&line)?).exit(code))
         }
         CronCommand::Participants { path } => {
             let participants = job_participants(session, &path).await?;
@@ -829,9 +909,14 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
                 participants.iter().map(Into::into).collect();
             Ok(Said::out(serde_json::to_string(&list)?))
         }
-        CronCommand::Trigger { path } => {
+        CronCommand::Trigger { path, slot, date } => {
+            let asked = match (slot, date) {
+                (Some(slot), _) => TriggerFor::slot(&slot)?,
+                (None, Some(date)) => TriggerFor::date(&date)?,
+                (None, None) => TriggerFor::default(),
+            };
             let n = admin(&path)?
-                .trigger()
+                .trigger_for(asked)
                 .await
                 .map_err(|e| Fail::new(format!("cannot trigger {path}: {e}")))?;
             tracing::info!(path = %path, slot = %format!("trigger-{n}"), "triggered");

@@ -34,7 +34,8 @@ impl<'a> From<&'a Participant> for ParticipantLine<'a> {
     }
 }
 
-/// `zkr cron status`. Slot records print as they are stored (their wire format).
+/// `zkr cron status`. Slot records print as they are stored (their wire format); an open
+/// record whose runner's term is gone carries `"orphaned": true`.
 #[derive(Debug, Serialize)]
 pub(crate) struct StatusLine<'a> {
     path: &'a str,
@@ -43,12 +44,47 @@ pub(crate) struct StatusLine<'a> {
     leader: Option<&'a str>,
     cursor: Option<&'a str>,
     triggers_pending: u64,
-    open: &'a [SlotRecord],
+    open: Vec<OpenSlot<'a>>,
     last: Option<&'a SlotRecord>,
+    /// The keys of the open slots recorded `running` whose runner's term is gone.
+    orphaned: &'a [String],
+    /// The newest success the history holds: its slot, when it ended (the ensemble's clock,
+    /// from the record) and how long ago (by this host's clock).
+    last_success: Option<LastSuccess<'a>>,
+    /// With `--check`: what was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    check: Option<CheckLine>,
 }
 
-impl<'a> From<&'a JobStatus> for StatusLine<'a> {
-    fn from(s: &'a JobStatus) -> Self {
+/// An open slot of `zkr cron status`: the record, flagged when its runner is gone.
+#[derive(Debug, Serialize)]
+pub(crate) struct OpenSlot<'a> {
+    #[serde(flatten)]
+    record: &'a SlotRecord,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    orphaned: bool,
+}
+
+/// `last_success` of `zkr cron status`.
+#[derive(Debug, Serialize)]
+pub(crate) struct LastSuccess<'a> {
+    slot: &'a str,
+    ended_ms: Option<i64>,
+    age_ms: Option<i64>,
+}
+
+/// `check` of `zkr cron status --check`.
+#[derive(Debug, Serialize)]
+pub(crate) struct CheckLine {
+    healthy: bool,
+    /// `no_leader`, `failed`, `parked`, `stale`, most pressing first.
+    problems: Vec<&'static str>,
+    max_age_ms: Option<u64>,
+}
+
+impl<'a> StatusLine<'a> {
+    /// The status at this host's time `now_ms` (for the age of the last success).
+    pub(crate) fn new(s: &'a JobStatus, now_ms: i64) -> Self {
         StatusLine {
             path: &s.path,
             schedule: s.schedule.as_deref(),
@@ -56,9 +92,37 @@ impl<'a> From<&'a JobStatus> for StatusLine<'a> {
             leader: s.leader.as_deref(),
             cursor: s.cursor.as_deref(),
             triggers_pending: s.triggers_pending,
-            open: &s.open,
+            open: s
+                .open
+                .iter()
+                .map(|record| OpenSlot {
+                    record,
+                    orphaned: s.orphaned.contains(&record.slot),
+                })
+                .collect(),
             last: s.last.as_ref(),
+            orphaned: &s.orphaned,
+            last_success: s.last_success.as_ref().map(|r| LastSuccess {
+                slot: &r.slot,
+                ended_ms: r.ended_ms,
+                age_ms: r.ended_ms.map(|e| now_ms.saturating_sub(e)),
+            }),
+            check: None,
         }
+    }
+
+    /// With the result of `--check`.
+    pub(crate) fn with_check(
+        mut self,
+        problems: Vec<&'static str>,
+        max_age: Option<std::time::Duration>,
+    ) -> Self {
+        self.check = Some(CheckLine {
+            healthy: problems.is_empty(),
+            problems,
+            max_age_ms: max_age.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        });
+        self
     }
 }
 
@@ -166,6 +230,14 @@ pub(crate) enum Event<'a> {
     SlotSkipped {
         slot: &'a str,
         reason: &'a str,
+        ts_ms: u64,
+    },
+    SlotRetrying {
+        slot: &'a str,
+        attempt: u32,
+        failures: u32,
+        backoff_ms: u64,
+        error: &'a str,
         ts_ms: u64,
     },
     SlotMissed {
@@ -481,6 +553,20 @@ pub(crate) fn print_job_event(event: &JobEvent) {
             outcome: outcome.as_str(),
             exit_code: *exit_code,
             reason: reason.as_deref(),
+            ts_ms,
+        }),
+        JobEvent::SlotRetrying {
+            slot,
+            attempt,
+            failures,
+            backoff,
+            error,
+        } => out.emit_best_effort(&Event::SlotRetrying {
+            slot,
+            attempt: *attempt,
+            failures: *failures,
+            backoff_ms: u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX),
+            error,
             ts_ms,
         }),
         JobEvent::SlotSkipped { slot, reason } => out.emit_best_effort(&Event::SlotSkipped {

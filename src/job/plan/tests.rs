@@ -269,7 +269,7 @@ fn paused_the_step_runs_only_triggers_and_records_fresh_queued_slots_paused() {
     let now = slot(10) + 30_000;
     let control = Control {
         paused: true,
-        triggers: 0,
+        ..Control::default()
     };
     let mut queue: VecDeque<Work> = runs(&[8, 9]).into();
     let mut owed = Work::first_run(slot(7));
@@ -486,6 +486,7 @@ fn overlap_plan(
             cursor,
             paused,
             buffered,
+            late_start: false,
         },
     )
 }
@@ -736,4 +737,61 @@ fn pruning_deletes_the_oldest_settled_records_and_never_open_ones() {
         "older than 3 min"
     );
     assert_eq!(keys(prune(&found, 1, 0, slot(6))), [key(2), key(3), key(5)]);
+}
+
+#[test]
+fn a_slot_due_during_a_late_started_run_is_buffered_under_skip_too() {
+    let skip = policies(CatchUp::Latest, Overlap::Skip, OnCrash::Retry);
+    let empty = VecDeque::new();
+    let now = slot(11) + 5_000;
+    let started = Some((slot(10) + 30_000, now - slot(10) - 30_000));
+    let running = |late_start, buffered| Running {
+        now,
+        started,
+        queue: &empty,
+        cursor: slot(10),
+        paused: false,
+        buffered,
+        late_start,
+    };
+    // A retry after a failover (or a catch-up) runs late: the slot that comes due meanwhile
+    // waits for it instead of being skipped; a second one is skipped as usual.
+    assert_eq!(
+        show_overlap(&overlap(&every_minute(), &skip, &running(true, false))),
+        "buffer 11"
+    );
+    assert_eq!(
+        show_overlap(&overlap(&every_minute(), &skip, &running(true, true))),
+        "overlap 11..=11"
+    );
+    assert_eq!(
+        show_overlap(&overlap(&every_minute(), &skip, &running(false, false))),
+        "overlap 11..=11"
+    );
+    // Late: a retry, or a start more than the misfire tolerance (1 s here) after the instant.
+    let s = every_minute();
+    assert!(started_late(&s, Some(slot(10)), true, slot(10)));
+    assert!(started_late(&s, Some(slot(10)), false, slot(10) + 1_001));
+    assert!(!started_late(&s, Some(slot(10)), false, slot(10) + 1_000));
+    assert!(!started_late(&s, None, false, slot(10) + 60_000));
+}
+
+#[test]
+fn failures_count_against_the_retries_and_cut_off_starts_against_max_attempts() {
+    // Two retries: the first and second failures are retried, the third is not.
+    assert!(retry_on_failure(2, 1));
+    assert!(retry_on_failure(2, 2));
+    assert!(!retry_on_failure(2, 3));
+    assert!(!retry_on_failure(0, 1));
+    // A slot started three times, twice failed and retried, then cut off: one cut-off start,
+    // so max attempts 3 retries it (as attempt 4).
+    let mut cut = running(&key(1), slot(1), 6, 3);
+    cut.failures = 2;
+    let p = policies(CatchUp::Latest, Overlap::Skip, OnCrash::Retry);
+    let Recovery::CutOff(plan) = recovery(&records(vec![cut]), 9, &p) else {
+        panic!("no slot of this term runs");
+    };
+    assert_eq!(plan.len(), 1);
+    assert_eq!(plan[0].0.attempt, 4);
+    assert_eq!(plan[0].1, Crash::Retry { attempt: 2 });
 }

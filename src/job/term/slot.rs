@@ -10,6 +10,7 @@ use super::{Stop, TICK, TermRun, new_version};
 use crate::error::Backoff;
 use crate::fencing::{FencedOp, FencingToken};
 use crate::job::plan::{self, OverlapPlan, PendingReason, RunEnd, Work};
+use crate::job::record::{AttemptEnd, AttemptOutcome};
 use crate::job::{
     AbortOnDrop, JobEvent, RunningSlot, Schedule, SlotJob, SlotRecord, SlotRun, SlotState,
 };
@@ -19,7 +20,8 @@ use crate::job::{
 const MAX_END_ATTEMPTS: u32 = 20;
 
 impl TermRun<'_> {
-    /// Claims a slot, runs the job, records the end.
+    /// Claims a slot, runs the job, records the end; with retries on failure, runs it again
+    /// within the slot after each failure, while the budget lasts.
     pub(super) async fn run_slot<J: SlotJob>(
         &mut self,
         job: &Arc<J>,
@@ -28,6 +30,44 @@ impl TermRun<'_> {
         let Some(_running) = RunningSlot::enter(self.inner) else {
             return self.idle_until_term_ends().await;
         };
+        let key = work.key.clone();
+        let mut work = work;
+        let result = loop {
+            match self.run_attempt(job, &work).await {
+                Ok(Some(backoff)) => {
+                    let draining = self.inner.activity.borrow().draining;
+                    if !draining && let Err(stop) = self.wait_to_retry(&work.key, backoff).await {
+                        break Err(stop);
+                    }
+                    if self.inner.activity.borrow().draining {
+                        // A drain starts nothing: the retry stays `pending` for the next leader.
+                        info!(slot = %work.key, token = %self.term.token(), "draining: the retry is left to the next leader");
+                        break Ok(());
+                    }
+                    work = Work {
+                        attempt: work.attempt.saturating_add(1),
+                        recovering: true,
+                        ..work
+                    };
+                }
+                Ok(None) => break Ok(()),
+                Err(stop) => break Err(stop),
+            }
+        };
+        // A control change during the run may have queued this slot's `pending` record.
+        self.queue.retain(|w| w.key != key);
+        self.run_started = None;
+        self.run_late = false;
+        result
+    }
+
+    /// One attempt of a slot: the claim, the run, the record of its end. `Some(backoff)` when
+    /// the run failed and is to be retried after `backoff` (the record is `pending`, `retry`).
+    async fn run_attempt<J: SlotJob>(
+        &mut self,
+        job: &Arc<J>,
+        work: &Work,
+    ) -> std::result::Result<Option<Duration>, Stop> {
         let token = self.term.token();
         let key = work.key.clone();
         let existing = self.records.get(&key).cloned();
@@ -35,27 +75,49 @@ impl TermRun<'_> {
             && r.state.is_final()
         {
             // Settled meanwhile (an operator, an earlier pass): nothing to run.
-            if let Some(cursor) = plan::cursor_past_settled(&self.state, &work) {
+            if let Some(cursor) = plan::cursor_past_settled(&self.state, work) {
                 let mut next = self.state.clone();
                 next.cursor_ms = cursor;
                 self.write_state(next, Vec::new()).await?;
             }
-            return Ok(());
+            return Ok(None);
         }
-        let record = SlotRecord {
-            slot: key.clone(),
-            nominal_ms: work.nominal_ms,
-            state: SlotState::Running,
-            token: Some(token.get()),
-            attempt: work.attempt,
-            runner: Some(self.inner.id.clone()),
-            started_ms: Some(self.now()),
-            ended_ms: None,
-            exit_code: None,
-            reason: None,
-            error: None,
-            range: None,
+        let now = self.now();
+        let mut record = match &existing {
+            Some((r, _)) => r.clone(),
+            None => SlotRecord::not_run(&key, work.nominal_ms, SlotState::Running, "", now),
         };
+        if existing.is_some() && record.state == SlotState::Running {
+            // Cut off in an earlier term: its attempt ends here, found by this term.
+            record.end_attempt(AttemptEnd {
+                outcome: AttemptOutcome::CutOff,
+                ended_ms: now,
+                exit_code: None,
+                error: None,
+                found: Some((self.inner.id.clone(), token.get())),
+            });
+        }
+        let was_buffered = record.state == SlotState::Pending
+            && PendingReason::of(&record) == Some(PendingReason::Buffered);
+        record.slot = key.clone();
+        record.nominal_ms = work.nominal_ms;
+        record.state = SlotState::Running;
+        record.token = Some(token.get());
+        record.attempt = work.attempt;
+        record.runner = Some(self.inner.id.clone());
+        record.started_ms = Some(now);
+        record.ended_ms = None;
+        record.exit_code = None;
+        record.reason = None;
+        record.error = None;
+        record.range = None;
+        if let Some(n) = work.trigger.filter(|&n| n > 0)
+            && let Some(asked) = self.control.trigger_for.get(&n)
+        {
+            record.for_slot = asked.slot.clone();
+            record.business_date = asked.date.clone();
+        }
+        record.begin_attempt();
         let claim = match &existing {
             Some((_, version)) => FencedOp::SetData {
                 path: self.slot_path(&key),
@@ -64,14 +126,14 @@ impl TermRun<'_> {
             },
             None => FencedOp::create(self.slot_path(&key), record.to_bytes()),
         };
-        let next = plan::claim(&self.state, &work);
+        let next = plan::claim(&self.state, work);
         let results = self.write_state(next, vec![claim]).await?;
         let version = match &existing {
             Some(_) => new_version(&results, 0),
             None => Some(0),
         };
         self.remember(&key, record.clone(), version);
-        if self.buffered && existing.is_some() {
+        if self.buffered && was_buffered {
             self.buffered = false;
         }
         // The claim sampled the ensemble's clock afresh: should the estimate that found the
@@ -87,7 +149,7 @@ impl TermRun<'_> {
         }
         // Room for the new record within the history limit.
         self.prune().await;
-        info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, "slot started");
+        info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, runner = %self.inner.id, "slot started");
         self.emit(JobEvent::SlotStarted {
             slot: key.clone(),
             token,
@@ -98,14 +160,30 @@ impl TermRun<'_> {
         let exit_code = Arc::new(Mutex::new(None));
         let run = SlotRun {
             slot: key.clone(),
-            nominal_ms: work.nominal_ms,
+            nominal_ms: record
+                .for_slot
+                .as_deref()
+                .and_then(Schedule::parse_key)
+                .unwrap_or(work.nominal_ms),
             attempt: work.attempt,
             recovering: work.recovering,
             triggered: work.trigger.is_some(),
+            for_slot: record.for_slot.clone(),
+            business_date: record.business_date.clone(),
             term: self.term.clone(),
             exit_code: Arc::clone(&exit_code),
         };
-        self.run_started = Some((self.now(), self.term.clock().now()));
+        let started = self.now();
+        // A retry keeps the first attempt's start: its slots came due during the slot's run.
+        if self.run_started.is_none() {
+            self.run_started = Some((started, self.term.clock().now()));
+        }
+        self.run_late = plan::started_late(
+            &self.inner.schedule,
+            work.trigger.is_none().then_some(work.nominal_ms),
+            work.recovering,
+            started,
+        );
         let span = info_span!("slot", slot = %key, attempt = work.attempt);
         // Aborted when dropped: if the selector aborts this loop, the run goes with it.
         let mut task = AbortOnDrop(tokio::spawn(job.run(run).instrument(span)));
@@ -150,15 +228,45 @@ impl TermRun<'_> {
         };
         let code = exit_code.lock().ok().and_then(|c| *c);
         let returned = matches!(end, RunEnd::Returned(_));
-        self.finish(&key, token, end, code).await?;
-        let result = if returned {
+        let retry = self.finish(&key, token, end, code).await?;
+        if returned {
             // Slots that came due in the last moments of the run overlapped it too.
-            self.overlap().await
-        } else {
-            Ok(())
-        };
-        self.run_started = None;
-        result
+            self.overlap().await?;
+        }
+        Ok(retry)
+    }
+
+    /// Waits out the backoff before a retry on failure, applying the overlap policy to the
+    /// slots that come due meanwhile (the slot's run goes on) and following the controls. A
+    /// drain ends the wait at once (the caller then leaves the retry to the next leader).
+    async fn wait_to_retry(
+        &mut self,
+        key: &str,
+        backoff: Duration,
+    ) -> std::result::Result<(), Stop> {
+        let until = tokio::time::Instant::now() + backoff;
+        let mut activity = self.inner.activity.subscribe();
+        debug!(slot = %key, backoff = ?backoff, "waiting to retry the slot");
+        loop {
+            let control_changed = Arc::clone(&self.control_changed);
+            tokio::select! {
+                biased;
+                _ = self.term.cancelled() => return Err(Stop::TermOver),
+                // (The watch's guard is not `Send`: dropped inside.)
+                () = async { drop(activity.wait_for(|a| a.draining).await) } => return Ok(()),
+                _ = tokio::time::sleep_until(until) => return Ok(()),
+                _ = control_changed.notified() => {
+                    if let Err(e) = self.reload_control(true).await {
+                        debug!(error = %e, "reading the controls failed");
+                    }
+                }
+                _ = tokio::time::sleep(self.until_next_slot()) => {
+                    if let Err(Stop::Failed(e)) = self.overlap().await {
+                        debug!(error = %e, "recording an overlapping slot failed");
+                    }
+                }
+            }
+        }
     }
 
     /// How long until the next slot after the cursor comes due by the ensemble's clock, at most
@@ -191,6 +299,7 @@ impl TermRun<'_> {
             cursor: self.state.cursor_ms,
             paused: self.control.paused,
             buffered: self.buffered,
+            late_start: self.run_started.is_some() && self.run_late,
         };
         match plan::overlap(&self.inner.schedule, &self.inner.policies, &running) {
             OverlapPlan::Nothing => Ok(()),
@@ -224,23 +333,56 @@ impl TermRun<'_> {
     }
 
     /// Records how a run ended, fenced; a refusal leaves the slot `running` for the next leader.
+    /// A run that returned an error, with retries on failure left, is recorded `pending`
+    /// (`retry`) instead: `Some(backoff)`, the wait before the retry.
     pub(super) async fn finish(
         &mut self,
         key: &str,
         token: FencingToken,
         end: RunEnd,
         exit_code: Option<i32>,
-    ) -> std::result::Result<(), Stop> {
+    ) -> std::result::Result<Option<Duration>, Stop> {
+        let returned_err = matches!(&end, RunEnd::Returned(Err(_)));
+        let cut_off = matches!(&end, RunEnd::CutOff);
         let (state, error) = plan::outcome(end);
         let mut backoff = Backoff::new(TICK);
         loop {
             let Some((mut record, version)) = self.records.get(key).cloned() else {
-                return Ok(());
+                return Ok(None);
             };
-            record.state = state;
-            record.ended_ms = Some(self.now());
+            let now = self.now();
+            let failures = if returned_err {
+                record.failures.saturating_add(1)
+            } else {
+                record.failures
+            };
+            // Also while draining: the retry is then left `pending` to the next leader.
+            let retry = returned_err
+                && self.term.is_valid()
+                && plan::retry_on_failure(self.inner.policies.retries, failures);
+            record.end_attempt(AttemptEnd {
+                outcome: match (cut_off, state) {
+                    (true, _) => AttemptOutcome::CutOff,
+                    (false, SlotState::Succeeded) => AttemptOutcome::Succeeded,
+                    (false, _) => AttemptOutcome::Failed,
+                },
+                ended_ms: now,
+                exit_code,
+                error: error.clone(),
+                found: None,
+            });
+            record.failures = failures;
             record.exit_code = exit_code;
             record.error = error.clone();
+            if retry {
+                record.state = SlotState::Pending;
+                record.reason = Some(PendingReason::Retry.as_str().to_owned());
+                record.ended_ms = None;
+            } else {
+                record.state = state;
+                record.ended_ms = Some(now);
+            }
+            let attempt = record.attempt;
             let result = self
                 .fenced(vec![FencedOp::SetData {
                     path: self.slot_path(key),
@@ -252,7 +394,19 @@ impl TermRun<'_> {
                 Ok(results) => {
                     let v = new_version(&results, 0);
                     self.remember(key, record, v);
-                    info!(slot = %key, token = %token, outcome = state.as_str(), exit_code, "slot finished");
+                    if retry {
+                        let wait = self.inner.policies.retry_backoff;
+                        warn!(slot = %key, token = %token, attempt, failures, exit_code, backoff = ?wait, error = error.as_deref().unwrap_or(""), "slot failed; retrying it");
+                        self.emit(JobEvent::SlotRetrying {
+                            slot: key.to_owned(),
+                            attempt,
+                            failures,
+                            backoff: wait,
+                            error: error.unwrap_or_default(),
+                        });
+                        return Ok(Some(wait));
+                    }
+                    info!(slot = %key, token = %token, attempt, outcome = state.as_str(), exit_code, "slot finished");
                     self.emit(JobEvent::SlotFinished {
                         slot: key.to_owned(),
                         outcome: state,
@@ -260,7 +414,7 @@ impl TermRun<'_> {
                         reason: error,
                     });
                     self.prune().await;
-                    return Ok(());
+                    return Ok(None);
                 }
                 Err(e) if e.outcome_unknown() && backoff.failures() + 1 < MAX_END_ATTEMPTS => {
                     let pause = backoff.fail();
@@ -279,7 +433,10 @@ impl TermRun<'_> {
                             now.state == SlotState::Running && now.token == Some(token.get());
                         self.remember(key, now, Some(stat.version));
                         if !still_ours {
-                            return Ok(());
+                            // Landed (or taken over): a `pending` retry is queued for this
+                            // term's loop.
+                            self.queue_pending();
+                            return Ok(None);
                         }
                     }
                 }

@@ -1520,3 +1520,438 @@ async fn a_job_path_the_server_refuses_exits_1_saying_why() {
         "zkr should say why: {err}"
     );
 }
+
+/// `zkr cron status ARGS...` (any exit code): the code and the JSON it printed.
+async fn status_json(connect: &str, args: &[&str]) -> (Option<i32>, Value) {
+    let mut all = vec!["cron", "status"];
+    all.extend_from_slice(args);
+    let (status, out, err) = zkr_output(connect, &all).await;
+    let json = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("zkr {all:?} printed no JSON ({e}): {out}\n{err}"));
+    (status.code(), json)
+}
+
+#[tokio::test]
+async fn history_keeps_every_attempt_and_status_flags_the_slot_of_a_dead_runner() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-audit");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let args = ["--every", "1h"];
+    let mut groups = Groups::default();
+
+    // a runs trigger-1 and is killed mid-run, with no other replica standing.
+    let mut a = replica(connect, "a", SESSION, &path, &args, &appending(&file, "30"));
+    a.wait_for("leader", BOUND, "a never led").await;
+    cron_ok(connect, &["trigger", &path]).await;
+    let (started, cmd) = next_slot(&mut a, "a did not start the trigger").await;
+    assert_eq!(started.str("slot"), "trigger-1");
+    let old_token = started.int("token");
+    let pgid = groups.add(&cmd);
+    a.signal(Signal::SIGKILL);
+    let _ = killpg(pgid, Signal::SIGKILL);
+    a.exit(BOUND, "a after SIGKILL").await;
+    // Once a's session is gone, the slot it left running is flagged.
+    wait_contenders(&zk, &path, 0, "a's node outlived its session").await;
+    let (code, status) = status_json(connect, &[&path]).await;
+    assert_eq!(code, Some(0), "{status}");
+    assert_eq!(status["leader"], Value::Null, "{status}");
+    assert_eq!(
+        status["orphaned"],
+        serde_json::json!(["trigger-1"]),
+        "{status}"
+    );
+    let open = &status["open"][0];
+    assert_eq!(
+        (&open["slot"], &open["state"], &open["orphaned"]),
+        (
+            &Value::from("trigger-1"),
+            &Value::from("running"),
+            &Value::from(true)
+        ),
+        "{status}"
+    );
+
+    // b takes it up: the record keeps a's attempt beside b's.
+    let mut b = replica(connect, "b", STEADY, &path, &args, &appending(&file, "0"));
+    let done = slot_event(
+        &mut b,
+        "slot_finished",
+        "trigger-1",
+        BOUND,
+        "b did not retry it",
+    )
+    .await;
+    assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
+    let records = history(connect, &path).await;
+    print_history("a killed, b retried", &records);
+    let r = record(&records, "trigger-1");
+    eprintln!("{}", serde_json::to_string_pretty(r).unwrap());
+    let attempts = r["attempts"].as_array().expect("attempts listed");
+    assert_eq!(attempts.len(), 2, "{r}");
+    let (first, second) = (&attempts[0], &attempts[1]);
+    assert_eq!(first["attempt"], 1, "{r}");
+    assert_eq!(first["runner"], "a", "{r}");
+    assert_eq!(first["token"].as_i64(), Some(old_token), "{r}");
+    assert!(first["started_ms"].is_i64(), "{r}");
+    assert_eq!(first["outcome"], "cut_off", "{r}");
+    assert_eq!(first["found_by"], "b", "{r}");
+    assert_eq!(second["attempt"], 2, "{r}");
+    assert_eq!(second["runner"], "b", "{r}");
+    assert_eq!(second["outcome"], "succeeded", "{r}");
+    assert_eq!(second["exit_code"], 0, "{r}");
+    // The promised top-level fields describe the last attempt, as before.
+    assert_eq!(
+        (&r["attempt"], &r["runner"]),
+        (&Value::from(2), &Value::from("b"))
+    );
+    let (_, status) = status_json(connect, &[&path]).await;
+    assert_eq!(status["orphaned"], serde_json::json!([]), "{status}");
+    assert_eq!(status["last_success"]["slot"], "trigger-1", "{status}");
+    assert!(
+        status["last_success"]["age_ms"]
+            .as_i64()
+            .is_some_and(|a| a >= 0),
+        "{status}"
+    );
+    stop(&mut b).await;
+}
+
+#[tokio::test]
+async fn a_failing_cmd_is_retried_with_backoff_and_resolve_reruns_a_failed_slot() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-retries");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // trigger-1 fails twice (exit 4), then succeeds; trigger-2 fails until the file `ok` exists.
+    let script = format!(
+        "n=$(cat {d}/$ZK_SLOT 2>/dev/null || echo 0); n=$((n+1)); echo $n > {d}/$ZK_SLOT; \
+         [ -e {d}/ok ] && exit 0; [ \"$ZK_SLOT\" = trigger-1 ] && [ $n -ge 3 ] && exit 0; exit 4"
+    );
+    let args = [
+        "--every",
+        "1h",
+        "--retries",
+        "2",
+        "--retry-backoff",
+        "300ms",
+    ];
+    let mut r = replica(connect, "r", STEADY, &path, &args, &script);
+    r.wait_for("leader", BOUND, "r never led").await;
+
+    cron_ok(connect, &["trigger", &path]).await;
+    for attempt in 1..=2 {
+        let retrying = slot_event(
+            &mut r,
+            "slot_retrying",
+            "trigger-1",
+            BOUND,
+            "no retry of trigger-1",
+        )
+        .await;
+        assert_eq!(retrying.int("attempt"), attempt, "{}", retrying.json);
+        assert_eq!(retrying.int("backoff_ms"), 300, "{}", retrying.json);
+        let again = slot_event(
+            &mut r,
+            "slot_started",
+            "trigger-1",
+            BOUND,
+            "the retry did not start",
+        )
+        .await;
+        assert_eq!(again.int("attempt"), attempt + 1, "{}", again.json);
+        assert_eq!(again.json["recovering"], true, "{}", again.json);
+    }
+    let done = slot_event(
+        &mut r,
+        "slot_finished",
+        "trigger-1",
+        BOUND,
+        "trigger-1 did not end",
+    )
+    .await;
+    assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
+
+    cron_ok(connect, &["trigger", &path]).await;
+    let failed = slot_event(
+        &mut r,
+        "slot_finished",
+        "trigger-2",
+        BOUND,
+        "trigger-2 did not end",
+    )
+    .await;
+    assert_eq!(failed.str("outcome"), "failed", "{}", failed.json);
+    assert_eq!(failed.int("exit_code"), 4, "{}", failed.json);
+    let records = history(connect, &path).await;
+    print_history("retries on failure", &records);
+    let t1 = record(&records, "trigger-1");
+    assert_eq!(
+        (&t1["state"], &t1["attempt"], &t1["failures"]),
+        (&Value::from("succeeded"), &Value::from(3), &Value::from(2)),
+        "{t1}"
+    );
+    let t2 = record(&records, "trigger-2");
+    assert_eq!(
+        (&t2["attempt"], &t2["failures"]),
+        (&Value::from(3), &Value::from(3)),
+        "{t2}"
+    );
+    let outcomes: Vec<(i64, &str, i64)> = t2["attempts"]
+        .as_array()
+        .expect("attempts")
+        .iter()
+        .map(|a| {
+            (
+                a["attempt"].as_i64().unwrap(),
+                a["outcome"].as_str().unwrap(),
+                a["exit_code"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![(1, "failed", 4), (2, "failed", 4), (3, "failed", 4)]
+    );
+
+    // The cause is fixed; an operator re-runs the failed slot.
+    std::fs::write(dir.path().join("ok"), "").unwrap();
+    cron_ok(connect, &["resolve", &path, "trigger-2", "--rerun"]).await;
+    let rerun = slot_event(&mut r, "slot_started", "trigger-2", BOUND, "no rerun").await;
+    assert_eq!(rerun.int("attempt"), 4, "{}", rerun.json);
+    assert_eq!(rerun.json["recovering"], true, "{}", rerun.json);
+    let done = slot_event(
+        &mut r,
+        "slot_finished",
+        "trigger-2",
+        BOUND,
+        "the rerun did not end",
+    )
+    .await;
+    assert_eq!(done.str("outcome"), "succeeded", "{}", done.json);
+    // A succeeded slot is not re-run.
+    let (status, _, err) =
+        zkr_output(connect, &["cron", "resolve", &path, "trigger-2", "--rerun"]).await;
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("not parked or failed"), "{err}");
+    stop(&mut r).await;
+}
+
+#[tokio::test]
+async fn trigger_carries_a_slot_or_a_business_date_to_cmd() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-trigger-for");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("env");
+    let script = format!(
+        "echo \"$ZK_SLOT|${{ZK_FOR_SLOT-}}|${{ZK_BUSINESS_DATE-}}|$ZK_NOMINAL|$ZK_RECOVERING|$ZK_LEADER_PATH\" >> {}",
+        file.display()
+    );
+    let mut r = replica(connect, "r", STEADY, &path, &["--every", "1h"], &script);
+    r.wait_for("leader", BOUND, "r never led").await;
+    let key = "2026-12-03T01:00:00Z";
+    assert_eq!(
+        cron_ok(connect, &["trigger", &path, "--slot", key])
+            .await
+            .trim(),
+        "1"
+    );
+    assert_eq!(
+        cron_ok(connect, &["trigger", &path, "--date", "2026-12-03"])
+            .await
+            .trim(),
+        "2"
+    );
+    slot_event(
+        &mut r,
+        "slot_finished",
+        "trigger-2",
+        BOUND,
+        "trigger-2 did not end",
+    )
+    .await;
+    stop(&mut r).await;
+    let lines: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    // ZK_LEADER_PATH: the leader's own node in the job's election.
+    let node = format!("{path}/leader/_c_");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let f: Vec<&str> = lines[0].split('|').collect();
+    assert_eq!(
+        (f[0], f[1], f[2], f[3], f[4]),
+        ("trigger-1", key, "", key, "0"),
+        "{lines:?}"
+    );
+    assert!(f[5].starts_with(&node), "{lines:?}");
+    let f: Vec<&str> = lines[1].split('|').collect();
+    assert_eq!(
+        (f[0], f[1], f[2], f[4]),
+        ("trigger-2", "", "2026-12-03", "0"),
+        "{lines:?}"
+    );
+    assert!(f[5].starts_with(&node), "{lines:?}");
+    let records = history(connect, &path).await;
+    assert_eq!(record(&records, "trigger-1")["for_slot"], key);
+    assert_eq!(record(&records, "trigger-2")["business_date"], "2026-12-03");
+    // A key or date that is not one is refused before connecting, as bad arguments are.
+    for bad in [
+        vec!["--slot", "yesterday"],
+        vec!["--date", "2026-02-30"],
+        vec!["--slot", key, "--date", "2026-12-03"],
+    ] {
+        let mut all = vec!["cron", "trigger", path.as_str()];
+        all.extend(bad.iter().copied());
+        let (status, _, err) = zkr_output(connect, &all).await;
+        assert_eq!(status.code(), Some(2), "{all:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn status_check_exits_0_when_healthy_and_with_a_code_for_each_problem() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-check");
+    // trigger-2 fails; everything else succeeds.
+    let script = "[ \"$ZK_SLOT\" = trigger-2 ] && exit 5; exit 0";
+    let mut r = replica(connect, "r", STEADY, &path, &["--every", "1h"], script);
+    r.wait_for("leader", BOUND, "r never led").await;
+    let check = |args: &'static [&'static str]| {
+        let path = path.clone();
+        async move {
+            let mut all = vec![path.as_str(), "--check"];
+            all.extend_from_slice(args);
+            status_json(connect, &all).await
+        }
+    };
+    // A leader, nothing failed, no max age: healthy. With a max age and no success yet: stale.
+    let (code, s) = check(&[]).await;
+    assert_eq!(code, Some(0), "{s}");
+    assert_eq!(s["check"]["healthy"], true, "{s}");
+    let (code, s) = check(&["--max-age", "26h"]).await;
+    assert_eq!(code, Some(10), "{s}");
+    assert_eq!(s["check"]["problems"], serde_json::json!(["stale"]), "{s}");
+
+    cron_ok(connect, &["trigger", &path]).await;
+    slot_event(
+        &mut r,
+        "slot_finished",
+        "trigger-1",
+        BOUND,
+        "trigger-1 did not end",
+    )
+    .await;
+    let (code, s) = check(&["--max-age", "26h"]).await;
+    assert_eq!(code, Some(0), "{s}");
+    assert_eq!(s["last_success"]["slot"], "trigger-1", "{s}");
+    assert_eq!(s["check"]["max_age_ms"], 26 * 3_600_000, "{s}");
+    // The same success is stale by a max age it has outlived.
+    let (code, s) = check(&["--max-age", "1ms"]).await;
+    assert_eq!(code, Some(10), "{s}");
+
+    cron_ok(connect, &["trigger", &path]).await;
+    slot_event(
+        &mut r,
+        "slot_finished",
+        "trigger-2",
+        BOUND,
+        "trigger-2 did not end",
+    )
+    .await;
+    let (code, s) = check(&["--max-age", "26h"]).await;
+    assert_eq!(code, Some(11), "{s}");
+    assert_eq!(s["check"]["problems"], serde_json::json!(["failed"]), "{s}");
+
+    stop(&mut r).await;
+    wait_contenders(&zk, &path, 0, "r's node outlived its close").await;
+    let (code, s) = check(&["--max-age", "26h"]).await;
+    assert_eq!(code, Some(12), "{s}");
+    assert_eq!(
+        s["check"]["problems"],
+        serde_json::json!(["no_leader", "failed"]),
+        "{s}"
+    );
+    // Without --check, status exits 0 whatever it finds, and prints no `check`.
+    let (code, s) = status_json(connect, &[&path]).await;
+    assert_eq!(code, Some(0), "{s}");
+    assert!(s.get("check").is_none(), "{s}");
+    // --max-age needs --check.
+    let (status, _, err) = zkr_output(connect, &["cron", "status", &path, "--max-age", "1h"]).await;
+    assert_eq!(status.code(), Some(2), "{err}");
+}
+
+#[tokio::test]
+async fn a_leader_killed_mid_slot_costs_no_later_slot_under_the_defaults() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    // The operator's case scaled down: a run of half the period, its leader killed mid-run, the
+    // retry started a session timeout later; before, the next slot overlapped the retry (or
+    // the catch-up run after it) and was skipped.
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cron-failover-slot");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("runs");
+    let script = appending(&file, "2");
+    let args = ["--every", "4s"];
+    let mut groups = Groups::default();
+
+    let mut a = replica(connect, "a", SESSION, &path, &args, &script);
+    a.wait_for("leader", BOUND, "a never led").await;
+    let mut b = replica(connect, "b", STEADY, &path, &args, &script);
+    wait_contenders(&zk, &path, 2, "b did not queue").await;
+    let (started, cmd) = next_slot(&mut a, "a started no slot").await;
+    let pgid = groups.add(&cmd);
+    let s0 = started.str("slot").to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.signal(Signal::SIGKILL);
+    let _ = killpg(pgid, Signal::SIGKILL);
+    a.exit(BOUND, "a after SIGKILL").await;
+
+    let first = Schedule::parse_key(&s0).expect("a slot key");
+    let s3 = Schedule::key(first + 3 * 4_000);
+    slot_event(
+        &mut b,
+        "slot_finished",
+        &s3,
+        BOUND,
+        "b did not get to the third slot after",
+    )
+    .await;
+    stop(&mut b).await;
+    let records = history(connect, &path).await;
+    print_history("leader killed mid-slot, 2 s runs every 4 s", &records);
+    for i in 0..=3 {
+        let key = Schedule::key(first + i * 4_000);
+        let r = record(&records, &key);
+        assert_eq!(r["state"], "succeeded", "{key} lost to the failover: {r}");
+    }
+    assert_eq!(record(&records, &s0)["attempt"], 2);
+    let all = runs(&file);
+    for (s, n) in ends_per_slot(&all) {
+        assert_eq!(n, 1, "{s} finished {n} times: {all:?}");
+    }
+}
