@@ -163,8 +163,10 @@ impl fmt::Display for Event {
                 if let Some(s) = session {
                     write!(f, " on session {s:#x}")?;
                 }
-                if let Some(l) = lease_ns {
-                    write!(f, ", lease until {l} ns")?;
+                if lease_ns.is_some() {
+                    // The instant is printed by the divergence that concerns it, from the
+                    // trace's first event.
+                    f.write_str(", lease recorded")?;
                 }
                 Ok(())
             }
