@@ -53,7 +53,11 @@
 //!    host's wall clock, which is the servers' ([`check_early_slots`]), a term that a host's
 //!    suspend outlived must end at once on the resume, and sessions replaced are counted (those
 //!    that no fault of their round explains are listed: a silent leader or a rolling restart
-//!    must keep every session).
+//!    must keep every session). The history is then replayed against the protocol's model
+//!    (trace validation, `model/README.md`): claims, term ends, fenced writes and sessions
+//!    heard expired as the model's actions allow them ([`TrialReport::trace_replay`]; a
+//!    divergence fails the trial); [`TrialConfig::histories`] or `ZKR_HISTORIES` writes the
+//!    history out for `zookeeper-recipes-model replay`.
 //!
 //! # Reproducing
 //! The seed drives the schedule (which faults, on what, for how long, in what order), through a
