@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 
 use stateright::{Model, Property};
 
+pub mod trace;
+
 /// The session timeout, in ticks. A lease proven by a touch sent at `s` lasts until `s + TIMEOUT`
 /// (a term is valid while `now < deadline`); the quorum leader expires a session once
 /// `now - last_touch > TIMEOUT`.

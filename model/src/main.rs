@@ -4,16 +4,23 @@
 //! check [--mutate RULE] [--max-depth D] [--clients N] [--horizon H] [--budget B]
 //!       [--late-own-event]
 //! check --list-mutations
-//! replay FILE            (not implemented yet)
+//! replay FILE
 //! ```
 //!
 //! `check` prints `states: N`, `depth: D`, `violations: K` and, for each violation, the
 //! property's name and the counterexample's steps; it exits 0 when K = 0, 1 otherwise, 2 on a
 //! usage error.
+//!
+//! `replay` validates one recorded trial history (format 1, see `trace`) against the model's
+//! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
+//! divergence, the event's index and the event, the abstract state's relevant part, and why the
+//! model does not allow it; it exits 0 when K = 0, 1 otherwise, 2 on a usage error (no file, a
+//! file that cannot be read, bad JSON, another format, events out of time order).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use zookeeper_recipes_model::trace::{Trace, check_order, replay};
 use zookeeper_recipes_model::{Config, Rule, check};
 
 /// The default depth bound: deep enough for the unmutated model to run to the horizon in every
@@ -41,10 +48,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     match args.next().as_deref() {
         Some("check") => {}
-        Some("replay") => {
-            eprintln!("replay: not implemented yet");
-            return ExitCode::from(2);
-        }
+        Some("replay") => return replay_command(args),
         Some(other) => return usage(&format!("unknown command {other:?}")),
         None => return usage("no command"),
     }
@@ -120,6 +124,48 @@ fn main() -> ExitCode {
     }
     eprintln!("time: {:.1} s", started.elapsed().as_secs_f64());
     if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// `replay FILE`: see the module docs.
+fn replay_command(mut args: impl Iterator<Item = String>) -> ExitCode {
+    let Some(file) = args.next() else {
+        return usage("replay needs a history file");
+    };
+    if let Some(extra) = args.next() {
+        return usage(&format!("replay takes one file; unexpected {extra:?}"));
+    }
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) => return usage(&format!("reading {file}: {e}")),
+    };
+    let trace = match Trace::parse(&text).and_then(|t| check_order(&t).map(|()| t)) {
+        Ok(trace) => trace,
+        Err(e) => return usage(&format!("{file}: {e}")),
+    };
+    eprintln!(
+        "history: {} (seed {}, session timeout {})",
+        if trace.source.is_empty() {
+            "unnamed"
+        } else {
+            &trace.source
+        },
+        trace.seed.map_or("none".to_string(), |s| s.to_string()),
+        trace
+            .session_timeout_ms
+            .map_or("unknown".to_string(), |t| format!("{t} ms")),
+    );
+    let report = replay(&trace);
+    println!("events: {}", report.events);
+    println!("mapped: {}", report.mapped);
+    println!("divergences: {}", report.divergences.len());
+    for d in &report.divergences {
+        println!("{d}");
+    }
+    if report.divergences.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -1,7 +1,7 @@
 //! A long run of seeded fault trials, with a table at the end.
 //!
 //! ```text
-//! cargo run --release --example chaos -- --trials 200 [--seed N] [--rounds R] [--session-timeout 2s]
+//! cargo run --release --example chaos -- --trials 200 [--seed N] [--rounds R] [--session-timeout 2s] [--histories DIR]
 //! ```
 //!
 //! Runs trials for seeds `N, N+1, ...` one after another (each starts three ZooKeeper JVMs; see
@@ -13,6 +13,11 @@
 //! worst), each error policy's share, and the seed range. Without `--seed`, the first seed is the current Unix time in seconds
 //! (printed), so that repeated runs explore new schedules; `ZKR_SEED=<n> cargo test --test
 //! fault_trials` replays any one of them. Exits 1 when a trial failed.
+//!
+//! Every trial's history is replayed against the protocol's model (trace validation,
+//! `model/README.md`); a divergence fails the trial, and the table counts events, events
+//! mapped and divergences. `--histories DIR` also writes each history to `DIR/trial-<seed>.json`,
+//! for `cargo run -p zookeeper-recipes-model --release -- replay FILE`.
 //!
 //! `--containers` runs each trial's three servers as Docker containers (the harness's docker
 //! backend, image `ZKR_ZOOKEEPER_IMAGE`, default `zookeeper:3.9`): the same schedule of faults
@@ -38,10 +43,10 @@ struct Args {
     seed: Option<u64>,
     rounds: usize,
     session_timeout: Duration,
+    histories: Option<std::path::PathBuf>,
 }
 
-const USAGE: &str =
-    "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s]";
+const USAGE: &str = "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s] [--histories DIR]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -50,6 +55,7 @@ fn parse_args() -> Result<Args, String> {
         seed: None,
         rounds: 4,
         session_timeout: Duration::from_secs(2),
+        histories: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,6 +69,7 @@ fn parse_args() -> Result<Args, String> {
                 args.session_timeout = humantime::parse_duration(&value()?)
                     .map_err(|e| format!("--session-timeout: {e}"))?
             }
+            "--histories" => args.histories = Some(value()?.into()),
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -131,6 +138,10 @@ struct Totals {
     /// Trials whose `syncLimit x tickTime` reaches the session timeout.
     long_sync: usize,
     session_timeout: Duration,
+    /// Trace validation: events recorded, mapped to a model action, divergences.
+    trace_events: usize,
+    trace_mapped: usize,
+    trace_divergences: usize,
 }
 
 impl Totals {
@@ -143,6 +154,9 @@ impl Totals {
             *self.faults.entry(*kind).or_default() += n;
         }
         self.terms += r.history.terms.len();
+        self.trace_events += r.trace_replay.events;
+        self.trace_mapped += r.trace_replay.mapped;
+        self.trace_divergences += r.trace_replay.divergences.len();
         self.writes_accepted += r.writes_accepted();
         self.writes_rejected += r.writes_rejected();
         self.overlaps += r.overlaps();
@@ -269,6 +283,13 @@ impl Totals {
                 format!("{} of {}", self.late_leaders, self.heals),
             ),
             ("harness problems".into(), self.problems.to_string()),
+            (
+                "trace validation: events, mapped, divergences".into(),
+                format!(
+                    "{}, {}, {}",
+                    self.trace_events, self.trace_mapped, self.trace_divergences
+                ),
+            ),
             ("time to leader after heal, median".into(), pct(50)),
             ("time to leader after heal, p99".into(), pct(99)),
             (
@@ -343,9 +364,12 @@ async fn main() -> ExitCode {
         .session_timeout(args.session_timeout)
         .leader_bound();
     for seed in seeds {
-        let config = TrialConfig::new(seed, &zkr)
+        let mut config = TrialConfig::new(seed, &zkr)
             .rounds(args.rounds)
             .session_timeout(args.session_timeout);
+        if let Some(dir) = &args.histories {
+            config = config.histories(dir);
+        }
         match run_trial(&config).await {
             Ok(report) => {
                 print!("{}", report.summary());

@@ -53,7 +53,11 @@
 //!    host's wall clock, which is the servers' ([`check_early_slots`]), a term that a host's
 //!    suspend outlived must end at once on the resume, and sessions replaced are counted (those
 //!    that no fault of their round explains are listed: a silent leader or a rolling restart
-//!    must keep every session).
+//!    must keep every session). The history is then replayed against the protocol's model
+//!    (trace validation, `model/README.md`): claims, term ends, fenced writes and sessions
+//!    heard expired as the model's actions allow them ([`TrialReport::trace_replay`]; a
+//!    divergence fails the trial); [`TrialConfig::histories`] or `ZKR_HISTORIES` writes the
+//!    history out for `zookeeper-recipes-model replay`.
 //!
 //! # Reproducing
 //! The seed drives the schedule (which faults, on what, for how long, in what order), through a
@@ -90,6 +94,7 @@ use zookeeper_recipes::{
     ErrorPolicy, Fence, FencingToken, InterProcessMutex, LatchEvent, LeaderLatch, LeaderSelector,
     Leadership, Session,
 };
+use zookeeper_recipes_model::trace::{self as model_trace, ReplayReport, Trace};
 use zookeeper_recipes_testing::history::{History, Term, Violation, Write};
 use zookeeper_recipes_testing::{
     FaultProxy, HarnessError, Result, ServerMode, TestingCluster, expire_session, unique_path,
@@ -750,6 +755,7 @@ pub struct TrialConfig {
     zkr: PathBuf,
     session_timeout: Duration,
     rounds: usize,
+    histories: Option<PathBuf>,
 }
 
 impl TrialConfig {
@@ -761,7 +767,16 @@ impl TrialConfig {
             zkr: zkr.into(),
             session_timeout: Duration::from_secs(2),
             rounds: 3,
+            histories: None,
         }
+    }
+
+    /// Writes the trial's history for the model's `replay` (format 1,
+    /// [`zookeeper_recipes_model::trace`]) to `DIR/trial-<seed>.json`. Without it, the
+    /// directory named by `ZKR_HISTORIES`, if set; else the history is only replayed in memory.
+    pub fn histories(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.histories = Some(dir.into());
+        self
     }
 
     /// The session timeout of every contender's session (default 2 s).
@@ -839,6 +854,15 @@ pub struct TrialReport {
     pub unexplained_replacements: Vec<String>,
     /// For each term that a host's suspend outlived: from the resume to the term's end.
     pub resume_to_end: Vec<Duration>,
+    /// The history as the model's trace validation reads it: claims, term ends (with why),
+    /// fenced writes, sessions heard expired, faults ([`Trace`]). The job's runs are not in it
+    /// (the model has no job yet).
+    pub trace: Trace,
+    /// The trace replayed against the model: events, events mapped to a model action, and
+    /// every divergence (an event the model does not allow), which fails the trial.
+    pub trace_replay: ReplayReport,
+    /// Where the trace was written, if it was.
+    pub trace_file: Option<PathBuf>,
 }
 
 /// One run of the scheduled job, as its closure saw it.
@@ -953,6 +977,7 @@ impl TrialReport {
             && self.job_violations.is_empty()
             && self.late_work.is_empty()
             && self.early_slots.is_empty()
+            && self.trace_replay.divergences.is_empty()
     }
 
     /// How many violations are overlapping terms.
@@ -1020,6 +1045,16 @@ impl TrialReport {
             faults.join("; ")
         );
         let _ = writeln!(s, "  job: {}", self.job);
+        let _ = writeln!(
+            s,
+            "  trace: {} events, {} mapped to model actions, {} divergences{}",
+            self.trace_replay.events,
+            self.trace_replay.mapped,
+            self.trace_replay.divergences.len(),
+            self.trace_file
+                .as_ref()
+                .map_or_else(String::new, |f| format!(" (written to {})", f.display()))
+        );
         if self.sessions_replaced > 0 || !self.resume_to_end.is_empty() {
             let _ = writeln!(
                 s,
@@ -1047,6 +1082,10 @@ impl TrialReport {
         }
         for v in &self.job_violations {
             let _ = writeln!(s, "  job violation: {v}");
+        }
+        for d in &self.trace_replay.divergences {
+            let text = d.to_string().replace('\n', "\n    ");
+            let _ = writeln!(s, "  model divergence at {text}");
         }
         for o in &self.orphans {
             let _ = writeln!(s, "  orphan node: {o}");
@@ -1211,6 +1250,10 @@ struct Book {
     /// In-process sessions replaced by a new ZooKeeper session: (session index, when, old id,
     /// new id).
     replaced: Vec<(usize, BootTime, i64, i64)>,
+    /// The lease deadline of each of `local`'s terms when it was recorded (same index).
+    local_leases: Vec<BootTime>,
+    /// Why each `zkr` term ended, as its `not_leader` line says: (id, token, reason).
+    remote_reasons: Vec<(String, FencingToken, String)>,
 }
 
 /// Work of a term as it really ran: from its start to when it really stopped (its closure
@@ -1306,6 +1349,8 @@ fn record_local(book: &Shared, election: &'static str, holder: &str, term: &Lead
     let mut b = lock(book);
     if !b.local.iter().any(|(_, _, t)| t == term) {
         b.local.push((election, holder.to_owned(), term.clone()));
+        // Never earlier than the lease at the claim: a lease only moves forward.
+        b.local_leases.push(term.stop_by());
     }
 }
 
@@ -1446,7 +1491,13 @@ fn zkr_line(book: &Shared, id: &str, line: &str) {
                 .rev()
                 .find(|t| t.holder == id && t.token == token && t.end.is_none());
             match (open, end) {
-                (Some(term), Some(end)) => term.end = Some(end),
+                (Some(term), Some(end)) => {
+                    term.end = Some(end);
+                    if let Some(reason) = json["reason"].as_str() {
+                        b.remote_reasons
+                            .push((id.to_owned(), token, reason.to_owned()));
+                    }
+                }
                 _ => {
                     drop(b);
                     problem(
@@ -3014,12 +3065,19 @@ async fn finish(
     let replaced;
     let mut works;
     let mut resumed = Vec::new();
+    // What the trace needs of each of `history.terms` (same index).
+    let mut meta = Vec::new();
     {
         let b = lock(&world.book);
         suspensions = b.suspensions.clone();
         replaced = b.replaced.clone();
         works = b.works.clone();
-        for (election, holder, term) in &b.local {
+        for (i, (election, holder, term)) in b.local.iter().enumerate() {
+            meta.push(TermMeta {
+                session: Some(term.session_id()),
+                lease: b.local_leases.get(i).copied(),
+                reason: term.end_reason().map(|r| r.as_str().to_owned()),
+            });
             let mut t = to_term(election, holder, term);
             // A term that a suspend outlived did nothing while its host was stopped: it ends,
             // for the checker, when the host stopped, provided that it ended at once on resume.
@@ -3038,6 +3096,18 @@ async fn finish(
             history.terms.push(t);
         }
         history.terms.extend(b.remote.iter().cloned());
+        for t in &b.remote {
+            let reason = b
+                .remote_reasons
+                .iter()
+                .find(|(id, token, _)| *id == t.holder && *token == t.token)
+                .map(|(_, _, reason)| reason.clone());
+            meta.push(TermMeta {
+                session: None,
+                lease: None,
+                reason,
+            });
+        }
         problems = b.problems.clone();
         log = b.log.clone();
     }
@@ -3119,6 +3189,21 @@ async fn finish(
     let early_slots = check_early_slots(&runs);
     let (sessions_replaced, unexplained_replacements) =
         explain_replacements(&replaced, &driven.rounds, &world.config);
+    // Trace validation: the history replayed against the model, written out if asked for.
+    let trace = build_trace(config, &history, &meta, &replaced, &driven);
+    let trace_replay = model_trace::replay(&trace);
+    let mut trace_file = None;
+    if let Some(dir) = config
+        .histories
+        .clone()
+        .or_else(|| std::env::var_os("ZKR_HISTORIES").map(PathBuf::from))
+    {
+        let file = dir.join(format!("trial-{}.json", config.seed));
+        match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, trace.to_json())) {
+            Ok(()) => trace_file = Some(file),
+            Err(e) => problems.push(format!("writing the history to {}: {e}", file.display())),
+        }
+    }
     let mut time_to_leader = Vec::new();
     for healed in &driven.heals {
         for election in ELECTIONS {
@@ -3155,7 +3240,118 @@ async fn finish(
         sessions_replaced,
         unexplained_replacements,
         resume_to_end: resumed,
+        trace,
+        trace_replay,
+        trace_file,
     }
+}
+
+/// What the trace records of a term beyond [`Term`].
+struct TermMeta {
+    /// Its ZooKeeper session (in-process terms).
+    session: Option<i64>,
+    /// Its lease deadline when recorded (in-process terms).
+    lease: Option<BootTime>,
+    /// Why it ended.
+    reason: Option<String>,
+}
+
+/// The trial's history as the model's trace ([`model_trace::Event`]s in time order): each
+/// term's claim at its start and its end (never placed before its claim: the replay reports an
+/// end before the start), each fenced write in arrival order, each session heard expired (when
+/// its replacement was in place), each round's faults and each heal. At one instant: ends,
+/// then expiries, then claims, then writes, then faults.
+fn build_trace(
+    config: &TrialConfig,
+    history: &History,
+    meta: &[TermMeta],
+    replaced: &[(usize, BootTime, i64, i64)],
+    driven: &Driven,
+) -> Trace {
+    use model_trace::Event;
+    // (ordering instant, rank at one instant, recorded order, event)
+    let mut events: Vec<(u64, u8, usize, Event)> = Vec::new();
+    for (i, t) in history.terms.iter().enumerate() {
+        let m = meta.get(i);
+        let start = t.start.as_nanos();
+        events.push((
+            start,
+            2,
+            events.len(),
+            Event::Claim {
+                at_ns: start,
+                election: t.election.clone(),
+                holder: t.holder.clone(),
+                token: t.token.get(),
+                session: m.and_then(|m| m.session),
+                lease_ns: m.and_then(|m| m.lease).map(BootTime::as_nanos),
+            },
+        ));
+        if let Some(end) = t.end {
+            let end = end.as_nanos();
+            events.push((
+                end.max(start),
+                0,
+                events.len(),
+                Event::TermEnd {
+                    at_ns: end,
+                    election: t.election.clone(),
+                    holder: t.holder.clone(),
+                    token: t.token.get(),
+                    reason: m.and_then(|m| m.reason.clone()),
+                },
+            ));
+        }
+    }
+    for w in &history.writes {
+        let at = w.at.as_nanos();
+        events.push((
+            at,
+            3,
+            events.len(),
+            Event::Write {
+                at_ns: at,
+                resource: w.resource.clone(),
+                writer: w.writer.clone(),
+                token: w.token.get(),
+                accepted: w.accepted,
+            },
+        ));
+    }
+    for (session, when, old, new) in replaced {
+        let at = when.as_nanos();
+        events.push((
+            at,
+            1,
+            events.len(),
+            Event::SessionExpired {
+                at_ns: at,
+                participant: format!("session-{session}"),
+                session: *old,
+                new_session: Some(*new),
+            },
+        ));
+    }
+    for (at, faults) in &driven.rounds {
+        for f in faults {
+            let at = at.as_nanos();
+            let what = f.to_string();
+            events.push((at, 4, events.len(), Event::Fault { at_ns: at, what }));
+        }
+    }
+    for healed in &driven.heals {
+        let at = healed.as_nanos();
+        let what = "every fault healed".to_owned();
+        events.push((at, 4, events.len(), Event::Fault { at_ns: at, what }));
+    }
+    events.sort_by_key(|(at, rank, order, _)| (*at, *rank, *order));
+    let mut trace = Trace::new(
+        "fault trial",
+        events.into_iter().map(|(_, _, _, e)| e).collect(),
+    );
+    trace.seed = Some(config.seed);
+    trace.session_timeout_ms = u64::try_from(config.session_timeout.as_millis()).ok();
+    trace
 }
 
 /// Work that went on after a successor's term began: for each piece of work, the earliest term
