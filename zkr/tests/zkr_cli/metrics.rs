@@ -7,6 +7,7 @@ use zookeeper_recipes_rigs::fixtures as common;
 
 use std::time::Duration;
 
+use crate::FAULTS;
 use common::zkr::{Zkr, zkr};
 use common::{BOUND, shared_server, zookeeper};
 use nix::sys::signal::Signal;
@@ -57,9 +58,13 @@ async fn until_status(addr: &str, target: &str, status: u16, what: &str) -> Stri
 
 /// A replica serving its metrics on a port of its choosing, and the address it announced.
 async fn replica(connect: &str, id: &str, path: &str) -> (Zkr, String) {
+    replica_with(connect, id, path, "6s").await
+}
+
+async fn replica_with(connect: &str, id: &str, path: &str, session: &str) -> (Zkr, String) {
     let args = [
         "--session-timeout",
-        "6s",
+        session,
         "cron",
         "run",
         path,
@@ -208,4 +213,75 @@ async fn a_metrics_addr_in_use_is_refused_before_anything_joins() {
         err.contains(&format!("cannot listen on --metrics-addr {addr}")),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn metrics_scraped_through_a_failover_show_the_standby_take_over_after_a_kill_9() {
+    if !zookeeper() {
+        return;
+    }
+    let _one_at_a_time = FAULTS.lock().await;
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-metrics-failover");
+    let (mut a, a_addr) = replica_with(connect, "a", &path, "3s").await;
+    a.wait_for("slot_finished", BOUND, "a finished no slot")
+        .await;
+    assert_eq!(get(&a_addr, "/leader").await.0, 200);
+    let (mut b, b_addr) = replica_with(connect, "b", &path, "3s").await;
+    b.wait_for("standby", BOUND, "b did not stand by").await;
+    until_status(&b_addr, "/ready", 200, "b never became ready").await;
+
+    a.signal(Signal::SIGKILL);
+    let killed = tokio::time::Instant::now();
+    a.exit(BOUND, "a after SIGKILL").await;
+    // Until ZooKeeper expires a's session, b stands by: ready, not leader, no term counted.
+    let (status, body) = get(&b_addr, "/leader").await;
+    assert_eq!(status, 503, "b leads at once after a's kill -9: {body:?}");
+    let (_, metrics) = get(&b_addr, "/metrics").await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "zookeeper_recipes_terms_started_total",
+            &["id=\"b\""]
+        ),
+        None,
+        "b counts a term before a's session expired: {metrics}"
+    );
+    until_status(
+        &b_addr,
+        "/leader",
+        200,
+        "b never took over from the killed a",
+    )
+    .await;
+    let took = killed.elapsed();
+    b.wait_for(
+        "slot_finished",
+        BOUND,
+        "b finished no slot after the failover",
+    )
+    .await;
+    let (_, metrics) = get(&b_addr, "/metrics").await;
+    for (name, labels) in [
+        ("zookeeper_recipes_terms_started_total", &["id=\"b\""][..]),
+        ("zookeeper_recipes_leader", &["id=\"b\""]),
+        (
+            "zookeeper_recipes_job_slots_ended_total",
+            &["id=\"b\"", "outcome=\"succeeded\""],
+        ),
+        (
+            "zookeeper_recipes_job_last_success_timestamp_seconds",
+            &["id=\"b\""],
+        ),
+    ] {
+        let value = sample(&metrics, name, labels).unwrap_or_else(|| {
+            panic!("no {name}{{{labels:?}}} on b after the failover:\n{metrics}")
+        });
+        assert!(value >= 1.0, "{name} is {value} on b\n{metrics}");
+    }
+    println!("b's /leader answered 200 {took:?} after a's kill -9 (session timeout 3s)");
+    b.signal(Signal::SIGTERM);
+    let code = b.exit(BOUND, "b after SIGTERM").await.code();
+    assert!(matches!(code, Some(0 | 143)), "b exited {code:?}");
 }
