@@ -13,7 +13,7 @@ use crate::conn::Conn;
 
 /// `zkr --version`: the package version and the commit it was built from (build.rs: `git
 /// describe`, `$ZKR_COMMIT`, or `unknown`).
-const VERSION: &str = concat!(
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("ZKR_COMMIT"),
@@ -145,6 +145,11 @@ pub(crate) struct SupervisedArgs {
     pub(crate) grace: Option<Duration>,
     #[command(flatten)]
     pub(crate) policy: PolicyArg,
+    /// Serve the metrics (Prometheus text format, `/metrics`) and probes (`/healthz`, `/ready`
+    /// while connected, `/leader` while leading) over HTTP on this address (HOST:PORT; port 0
+    /// picks one: the `metrics_listening` event line says which) [default: off]
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<String>,
     /// The command and its arguments (after `--`)
     #[arg(
         required = true,

@@ -14,6 +14,7 @@ mod mono;
 mod observe;
 mod output;
 mod run;
+mod serve;
 mod signals;
 mod supervise;
 mod term;
@@ -154,6 +155,22 @@ async fn async_main(cli: Cli) -> ExitCode {
         Some(Ok(grace)) => grace,
         None => process::DEFAULT_GRACE,
     };
+    // Before connecting: the first connection state is counted, and a taken port is found
+    // before anything joins.
+    let metrics_addr = match &cli.command {
+        Command::Run(RunArgs { supervised, .. })
+        | Command::Lock(LockArgs { supervised, .. })
+        | Command::Cron(CronCommand::Run(CronRunArgs { supervised, .. })) => {
+            supervised.metrics_addr.clone()
+        }
+        _ => None,
+    };
+    if let Some(addr) = metrics_addr
+        && let Err(Fail { message, code }) = serve::start(&addr).await
+    {
+        eprintln!("zkr: {message}");
+        return ExitCode::from(code);
+    }
     let result = match cli.command {
         Command::Latch { path, id, policy } => {
             observe::latch(&conn, cli.session_timeout, path, id, policy.policy()).await

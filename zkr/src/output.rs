@@ -162,6 +162,11 @@ pub(crate) enum Event<'a> {
     NoLeader {
         ts_ms: u64,
     },
+    /// `--metrics-addr`: the metrics and probes are served on `addr` (the bound address).
+    MetricsListening {
+        addr: &'a str,
+        ts_ms: u64,
+    },
     /// A `leader` line of `pool`: one per job term.
     #[serde(rename = "leader")]
     JobLeader {

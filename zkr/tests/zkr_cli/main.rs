@@ -9,6 +9,7 @@
 mod cli;
 mod cron_cli;
 mod cron_ops;
+mod metrics;
 
 /// Tests that kill or freeze processes, or stop servers, run one at a time across both suites,
 /// so that their timing is not skewed by each other's processes and JVMs on a small machine.
