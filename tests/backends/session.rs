@@ -104,7 +104,7 @@ async fn server_down_past_the_timeout_gives_suspended_and_the_same_session_back_
 /// session that had failed through a long outage could sleep for seconds after the servers were
 /// back.
 #[tokio::test]
-async fn the_session_comes_back_within_a_second_of_the_servers_returning_after_a_long_outage() {
+async fn the_session_comes_back_soon_after_the_servers_return_from_a_long_outage() {
     if !zookeeper() {
         return;
     }
@@ -132,10 +132,18 @@ async fn the_session_comes_back_within_a_second_of_the_servers_returning_after_a
         ms(took),
         status.new_session
     );
+    // What it may take: the pause between attempts (at most 1 s, whatever the outage), the
+    // server's "expired" asked again one server tick later before it is believed (the assumed
+    // tick, T/3 here: see `doubt` in the supervisor), and three exchanges with a JVM that has
+    // just started (resume, resume again, a new session): 1.5 s for them on a loaded machine.
+    // Pauses doubling from 100 ms would have been at 6.4 s.
+    let promised =
+        Duration::from_secs(1) + Duration::from_secs(2) / 3 + Duration::from_millis(1500);
     assert!(
-        took <= slack(Duration::from_millis(2500)),
-        "the session came back {}ms after the server was back: the pause between attempts must stay short",
-        ms(took)
+        took <= slack(promised),
+        "the session came back {}ms after the server was back (promised {}ms): the pause between attempts must stay short",
+        ms(took),
+        ms(promised)
     );
 }
 
