@@ -35,7 +35,8 @@ pub(crate) async fn lock(
     // CMD gets its grace (zkr stops it itself, never past the lease).
     let mut builder = InterProcessMutex::builder(&session, &args.path)
         .stop_ahead(grace)
-        .error_policy(args.supervised.policy.policy());
+        .error_policy(args.supervised.policy.policy())
+        .acl(conn.node_acl());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }

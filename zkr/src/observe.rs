@@ -54,7 +54,8 @@ pub(crate) async fn latch(
     let session = connect(conn, session_timeout).await?;
     let mut builder = LeaderLatch::builder(&session, &path)
         .close_mode(CloseMode::NotifyLeader)
-        .error_policy(policy);
+        .error_policy(policy)
+        .acl(conn.node_acl());
     if let Some(id) = id {
         builder = builder.id(id);
     }
@@ -194,7 +195,7 @@ pub(crate) async fn participants(
     let session = connect(conn, session_timeout).await?;
     let result = participants_on(&session, path).await;
     close_session(&session).await;
-    let list = result?;
+    let list = result.map_err(|e| crate::auth::fail(format_args!("cannot read {path}"), &e))?;
     let lines: Vec<output::ParticipantLine<'_>> = list.iter().map(Into::into).collect();
     println!("{}", serde_json::to_string(&lines)?);
     Ok(ExitCode::SUCCESS)
@@ -208,6 +209,7 @@ pub(crate) async fn leader(
     let session = connect(conn, session_timeout).await?;
     let result = participants_on(&session, path).await;
     close_session(&session).await;
-    println!("{}", leader_of(result?).id);
+    let list = result.map_err(|e| crate::auth::fail(format_args!("cannot read {path}"), &e))?;
+    println!("{}", leader_of(list).id);
     Ok(ExitCode::SUCCESS)
 }
