@@ -303,3 +303,64 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
         "zkr connected although its arguments were refused"
     );
 }
+
+#[tokio::test]
+async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (user, password) = identity();
+    let file = write_file(
+        dir.path(),
+        "zk.auth",
+        &format!("digest:{user}:{password}"),
+        0o600,
+    );
+    for command in ["run", "lock"] {
+        let path = testing::unique_path(&format!("auth-{command}"));
+        open_parent(connect, &path).await;
+        let args = [
+            "--auth-file",
+            file.as_str(),
+            "--acl",
+            "creator",
+            command,
+            &path,
+            "--",
+            "true",
+        ];
+        let (status, _, err) = zkr_output(connect, None, &args).await;
+        assert!(status.success(), "zkr {args:?} failed: {status}\n{err}");
+        assert!(!err.contains(&password), "a line holds the password: {err}");
+        // The path zkr created keeps the creator ACL after zkr left.
+        let anyone = client(connect).await;
+        assert_eq!(
+            anyone.get_children(&path).await.err(),
+            Some(Zk::NoAuth),
+            "`zkr {command}` left {path} open to anyone"
+        );
+        // ZooKeeper (since 3.4.14/3.5.5) lets only a reader see an ACL: its user reads it.
+        let same = client_as(connect, &user, &password).await;
+        let (acl, _) = same.get_acl(&path).await.expect("its user reads the ACL");
+        assert!(
+            acl.iter()
+                .all(|a| a.scheme() == "digest" && a.id().starts_with(&format!("{user}:"))),
+            "`zkr {command}` gave {path} the ACL {acl:?}"
+        );
+        // `zkr participants`: 77 without the credentials, the list with them.
+        let (status, out, err) = zkr_output(connect, None, &["participants", &path]).await;
+        assert_eq!(status.code(), Some(77), "{out}\n{err}");
+        assert!(err.contains("access denied"), "{err}");
+        let (status, out, err) = zkr_output(
+            connect,
+            None,
+            &["--auth-file", &file, "participants", &path],
+        )
+        .await;
+        assert!(status.success(), "{err}");
+        assert_eq!(out.trim(), "[]", "{err}");
+    }
+}
