@@ -322,17 +322,25 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
     for command in ["run", "lock"] {
         let path = testing::unique_path(&format!("auth-{command}"));
         open_parent(connect, &path).await;
-        let args = [
-            "--auth-file",
-            file.as_str(),
+        // `run` takes the credentials from $ZK_AUTH, `lock` from the file; CMD (which fails if
+        // it sees $ZK_AUTH) does not inherit them.
+        let digest = format!("digest:{user}:{password}");
+        let (env, mut args) = if command == "run" {
+            (Some(("ZK_AUTH", digest.as_str())), vec![])
+        } else {
+            (None, vec!["--auth-file", file.as_str()])
+        };
+        args.extend_from_slice(&[
             "--acl",
             "creator",
             command,
             &path,
             "--",
-            "true",
-        ];
-        let (status, _, err) = zkr_output(connect, None, &args).await;
+            "sh",
+            "-c",
+            "test -z \"${ZK_AUTH+set}\"",
+        ]);
+        let (status, _, err) = zkr_output(connect, env, &args).await;
         assert!(status.success(), "zkr {args:?} failed: {status}\n{err}");
         assert!(!err.contains(&password), "a line holds the password: {err}");
         // The path zkr created keeps the creator ACL after zkr left.
