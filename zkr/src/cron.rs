@@ -154,7 +154,7 @@ fn print_arrived(events: &mut broadcast::Receiver<JobEvent>) {
 /// Why the job stopped standing for good, if it did.
 fn job_stopped(job: &ScheduledJob) -> Option<Fail> {
     job.is_stopped().then(|| match job.failure() {
-        Some(e) => Fail::new(format!("the scheduled job stopped: {e}")),
+        Some(e) => crate::auth::fail("the scheduled job stopped", &e),
         None => Fail::new("the scheduled job stopped unexpectedly"),
     })
 }

@@ -79,10 +79,10 @@ pub(crate) async fn lock(
         }
         Err(e) => {
             close_session(&session).await;
-            return Err(Fail::new(format!(
-                "cannot acquire the lock on {}: {e}",
-                args.path
-            )));
+            return Err(crate::auth::fail(
+                format_args!("cannot acquire the lock on {}", args.path),
+                &e,
+            ));
         }
     };
     let term = guard.leadership().clone();

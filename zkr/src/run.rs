@@ -81,7 +81,7 @@ pub(crate) async fn run(
                 Some(next) => next,
                 None => {
                     failure = Some(match selector.failure() {
-                        Some(e) => Fail::new(format!("the leader selector stopped: {e}")),
+                        Some(e) => crate::auth::fail("the leader selector stopped", &e),
                         None => Fail::new("the leader selector stopped unexpectedly"),
                     });
                     break;

@@ -358,6 +358,11 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
                 .all(|a| a.scheme() == "digest" && a.id().starts_with(&format!("{user}:"))),
             "`zkr {command}` gave {path} the ACL {acl:?}"
         );
+        // Taking part without the credentials: 77, "access denied".
+        let args = [command, path.as_str(), "--", "true"];
+        let (status, out, err) = zkr_output(connect, None, &args).await;
+        assert_eq!(status.code(), Some(77), "zkr {args:?}: {out}\n{err}");
+        assert!(err.contains("access denied"), "zkr {args:?}: {err}");
         // `zkr participants`: 77 without the credentials, the list with them.
         let (status, out, err) = zkr_output(connect, None, &["participants", &path]).await;
         assert_eq!(status.code(), Some(77), "{out}\n{err}");
