@@ -51,6 +51,10 @@ impl Conn {
 /// Dropping it drops the connection attempt; nothing is left on the servers but a session they
 /// expire by themselves.
 pub(crate) async fn connect(conn: &Conn, session_timeout: Duration) -> Result<Session, Fail> {
+    // The user, never the password.
+    if let Some(digest) = &conn.auth {
+        tracing::info!(user = %digest.user, acl = conn.acl.name(), "authenticating with digest credentials");
+    }
     conn.builder(session_timeout).connect().await.map_err(|e| {
         if crate::auth::is_denied(&e) {
             let user = conn.auth.as_ref().map_or("", |d| d.user.as_str());
