@@ -53,7 +53,11 @@ impl Conn {
 pub(crate) async fn connect(conn: &Conn, session_timeout: Duration) -> Result<Session, Fail> {
     // The user, never the password.
     if let Some(digest) = &conn.auth {
-        tracing::info!(user = %digest.user, acl = conn.acl.name(), "authenticating with digest credentials");
+        tracing::info!(
+            user = %digest.user,
+            acl = conn.acl.name(),
+            "authenticating with digest credentials"
+        );
     }
     conn.builder(session_timeout).connect().await.map_err(|e| {
         if crate::auth::is_denied(&e) {
