@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use common::zkr::{Zkr, zkr};
+use common::zkr::{EventsOn, Zkr, zkr};
 use common::{BOUND, client, persistent, shared_server, zookeeper};
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -322,15 +322,16 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
     for command in ["run", "lock"] {
         let path = testing::unique_path(&format!("auth-{command}"));
         open_parent(connect, &path).await;
-        // `run` takes the credentials from $ZK_AUTH, `lock` from the file; CMD (which fails if
-        // it sees $ZK_AUTH) does not inherit them.
-        let digest = format!("digest:{user}:{password}");
-        let (env, mut args) = if command == "run" {
-            (Some(("ZK_AUTH", digest.as_str())), vec![])
+        // A holder keeps the path: an empty election or lock path is a container, which the
+        // server may delete at any time. `run` takes the credentials from $ZK_AUTH, `lock` from
+        // the file; CMD, which fails at once if it sees $ZK_AUTH, does not inherit them.
+        let mut c = zkr(connect);
+        if command == "run" {
+            c.env("ZK_AUTH", format!("digest:{user}:{password}"));
         } else {
-            (None, vec!["--auth-file", file.as_str()])
-        };
-        args.extend_from_slice(&[
+            c.args(["--auth-file", file.as_str()]);
+        }
+        c.args([
             "--acl",
             "creator",
             command,
@@ -338,19 +339,20 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
             "--",
             "sh",
             "-c",
-            "test -z \"${ZK_AUTH+set}\"",
+            "test -z \"${ZK_AUTH+set}\" && exec sleep 60",
         ]);
-        let (status, _, err) = zkr_output(connect, env, &args).await;
-        assert!(status.success(), "zkr {args:?} failed: {status}\n{err}");
-        assert!(!err.contains(&password), "a line holds the password: {err}");
-        // The path zkr created keeps the creator ACL after zkr left.
+        let mut holder = Zkr::spawn(command, c, EventsOn::Stderr);
+        holder
+            .wait_for("cmd_started", BOUND, "the holder's CMD never started")
+            .await;
+
         let anyone = client(connect).await;
         assert_eq!(
             anyone.get_children(&path).await.err(),
             Some(Zk::NoAuth),
-            "`zkr {command}` left {path} open to anyone"
+            "`zkr {command} --acl creator` left {path} open to anyone"
         );
-        // ZooKeeper (since 3.4.14/3.5.5) lets only a reader see an ACL: its user reads it.
+        // ZooKeeper (since 3.4.14/3.5.5) shows an ACL only to a reader: its user reads it.
         let same = client_as(connect, &user, &password).await;
         let (acl, _) = same.get_acl(&path).await.expect("its user reads the ACL");
         assert!(
@@ -363,7 +365,7 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
         let (status, out, err) = zkr_output(connect, None, &args).await;
         assert_eq!(status.code(), Some(77), "zkr {args:?}: {out}\n{err}");
         assert!(err.contains("access denied"), "zkr {args:?}: {err}");
-        // `zkr participants`: 77 without the credentials, the list with them.
+        // `zkr participants`: 77 without the credentials, the holder with them.
         let (status, out, err) = zkr_output(connect, None, &["participants", &path]).await;
         assert_eq!(status.code(), Some(77), "{out}\n{err}");
         assert!(err.contains("access denied"), "{err}");
@@ -374,6 +376,31 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
         )
         .await;
         assert!(status.success(), "{err}");
-        assert_eq!(out.trim(), "[]", "{err}");
+        let list: Value = serde_json::from_str(&out).expect("participants prints JSON");
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{out}");
+        assert!(
+            !err.contains(&password),
+            "a message holds the password: {err}"
+        );
+
+        holder.signal(Signal::SIGTERM);
+        let code = holder.exit(BOUND, "the holder after SIGTERM").await.code();
+        assert!(
+            matches!(code, Some(0 | 143)),
+            "{code:?}\n{}",
+            holder.context()
+        );
+        for line in holder.all_lines(BOUND).await {
+            let text = line.json.to_string();
+            assert!(
+                !text.contains(&password),
+                "an event line holds the password: {text}"
+            );
+        }
+        let other = holder.other.lock().unwrap().join("\n");
+        assert!(
+            !other.contains(&password),
+            "the output holds the password: {other}"
+        );
     }
 }
