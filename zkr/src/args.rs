@@ -9,6 +9,7 @@ use zookeeper_recipes::ErrorPolicy;
 use zookeeper_recipes::job::Schedule;
 
 use crate::Fail;
+use crate::auth::AclArg;
 use crate::conn::Conn;
 
 /// `zkr --version`: the package version and the commit it was built from (build.rs: `git
@@ -50,6 +51,19 @@ pub(crate) struct Cli {
     /// (appended), so that CMD's own stderr stays apart from them
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) events: Option<std::path::PathBuf>,
+
+    /// Authenticate with the digest credentials in FILE: one line `digest:USER:PASSWORD`,
+    /// mode 600 or stricter (a file group or others may access is refused, exit 2)
+    /// [default: $ZK_AUTH, else none]. The password is never an argument: it would show in `ps`
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) auth_file: Option<std::path::PathBuf>,
+
+    /// The ACL of the nodes zkr creates (job, election and lock nodes, and their missing
+    /// parents): open (anyone), creator (the authenticated identity only), creator-read
+    /// (creator, plus read for anyone). creator and creator-read need credentials (exit 2
+    /// without)
+    #[arg(long, value_enum, value_name = "ACL", default_value_t = AclArg::Open, global = true)]
+    pub(crate) acl: AclArg,
 
     #[command(subcommand)]
     pub(crate) command: Command,

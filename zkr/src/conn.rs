@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use zookeeper_recipes::{ConnectionState, Session};
+use zookeeper_recipes::{ConnectionState, NodeAcl, Session};
+
+use crate::auth::{AclArg, Digest};
 
 use crate::Fail;
 use crate::output::{Event, Out, now_ms};
@@ -15,6 +17,10 @@ pub(crate) struct Conn {
     pub(crate) server_tick_time: Option<Duration>,
     /// `--connect-timeout`.
     pub(crate) connect_timeout: Duration,
+    /// `--auth-file` or `$ZK_AUTH` (its `Debug` leaves the password out).
+    pub(crate) auth: Option<Digest>,
+    /// `--acl`: the ACL of the nodes zkr creates.
+    pub(crate) acl: AclArg,
 }
 
 impl Conn {
@@ -22,20 +28,48 @@ impl Conn {
         let builder = Session::builder(&self.hosts)
             .session_timeout(session_timeout)
             .connection_timeout(self.connect_timeout);
+        let builder = match &self.auth {
+            Some(digest) => builder.digest_auth(digest.user.clone(), digest.password.clone()),
+            None => builder,
+        };
         match self.server_tick_time {
             Some(tick) => builder.server_tick_time(tick),
             None => builder,
         }
     }
+
+    /// The ACL of the nodes zkr creates (`--acl`).
+    pub(crate) fn node_acl(&self) -> NodeAcl {
+        self.acl.node_acl()
+    }
 }
 
-/// Connects within `--connect-timeout`; else fails with exit code 69 (no server answered).
+/// Connects within `--connect-timeout`; else fails with exit code 69 (no server answered), or
+/// 77 when the server refused the credentials.
 ///
 /// # Cancel safety
 /// Dropping it drops the connection attempt; nothing is left on the servers but a session they
 /// expire by themselves.
 pub(crate) async fn connect(conn: &Conn, session_timeout: Duration) -> Result<Session, Fail> {
+    // The user, never the password.
+    if let Some(digest) = &conn.auth {
+        tracing::info!(
+            user = %digest.user,
+            acl = conn.acl.name(),
+            "authenticating with digest credentials"
+        );
+    }
     conn.builder(session_timeout).connect().await.map_err(|e| {
+        if crate::auth::is_denied(&e) {
+            let user = conn.auth.as_ref().map_or("", |d| d.user.as_str());
+            return Fail::with_code(
+                crate::codes::DENIED,
+                format!(
+                    "ZooKeeper at {} refused the credentials of digest user {user:?} (--auth-file or $ZK_AUTH): {e}",
+                    conn.hosts
+                ),
+            );
+        }
         Fail::with_code(
             crate::codes::UNAVAILABLE,
             format!(
@@ -54,6 +88,7 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Connects, trying again with a backoff (1 s, doubling, at most 30 s) while no server answers,
 /// each failed attempt reported as a `connect_failed` line; `None` when SIGINT/SIGTERM came first.
+/// Credentials the server refused are not retried: that fails (exit 77) at once.
 ///
 /// # Cancel safety
 /// As [`connect`].
@@ -61,16 +96,17 @@ pub(crate) async fn connect_patiently(
     conn: &Conn,
     session_timeout: Duration,
     signals: &mut Signals,
-) -> Option<Session> {
+) -> Result<Option<Session>, Fail> {
     let mut wait = RETRY_FIRST;
     let mut attempt = 0_u32;
     loop {
         attempt += 1;
         tracing::info!(hosts = %conn.hosts, attempt, "connecting to ZooKeeper");
         let failure = tokio::select! {
-            _ = signals.recv() => return None,
+            _ = signals.recv() => return Ok(None),
             result = connect(conn, session_timeout) => match result {
-                Ok(session) => return Some(session),
+                Ok(session) => return Ok(Some(session)),
+                Err(f) if f.code == crate::codes::DENIED => return Err(f),
                 Err(f) => f,
             },
         };
@@ -82,7 +118,7 @@ pub(crate) async fn connect_patiently(
             ts_ms: now_ms(),
         });
         tokio::select! {
-            _ = signals.recv() => return None,
+            _ = signals.recv() => return Ok(None),
             () = tokio::time::sleep(wait) => {}
         }
         wait = (wait * 2).min(RETRY_MAX);

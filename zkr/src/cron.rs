@@ -154,7 +154,7 @@ fn print_arrived(events: &mut broadcast::Receiver<JobEvent>) {
 /// Why the job stopped standing for good, if it did.
 fn job_stopped(job: &ScheduledJob) -> Option<Fail> {
     job.is_stopped().then(|| match job.failure() {
-        Some(e) => Fail::new(format!("the scheduled job stopped: {e}")),
+        Some(e) => crate::auth::fail("the scheduled job stopped", &e),
         None => Fail::new("the scheduled job stopped unexpectedly"),
     })
 }
@@ -365,7 +365,7 @@ pub(crate) async fn cron_run(
         tracing::warn!(error = %e, "cannot become a child subreaper; CMD's orphans go to init");
     }
     // ZooKeeper down at start is waited out, as an outage later is.
-    let Some(session) = connect_patiently(conn, session_timeout, &mut signals).await else {
+    let Some(session) = connect_patiently(conn, session_timeout, &mut signals).await? else {
         return Ok(ExitCode::SUCCESS);
     };
     // Before this replica can lead and record its own schedule: a different one is a mistake
@@ -417,7 +417,8 @@ pub(crate) async fn cron_run(
         // beyond that, so it never aborts a run whose CMD may still be alive.
         .stop_ahead(grace)
         .grace(grace * 2 + Duration::from_secs(5))
-        .error_policy(args.supervised.policy.policy());
+        .error_policy(args.supervised.policy.policy())
+        .acl(conn.node_acl());
     if let Some(id) = args.supervised.id {
         builder = builder.id(id);
     }
@@ -447,10 +448,10 @@ pub(crate) async fn cron_run(
         Ok(job) => job,
         Err(e) => {
             close_session(&session).await;
-            return Err(Fail::new(format!(
-                "cannot start the job {}: {e}",
-                args.path
-            )));
+            return Err(crate::auth::fail(
+                format_args!("cannot start the job {}", args.path),
+                &e,
+            ));
         }
     };
     // Subscribed before the job's tasks first run (nothing awaited since `start`).
@@ -733,7 +734,7 @@ pub(crate) async fn cron_admin(
     command: CronCommand,
 ) -> Result<ExitCode, Fail> {
     let session = connect(conn, session_timeout).await?;
-    let result = cron_admin_on(&session, command).await;
+    let result = cron_admin_on(&session, conn, command).await;
     close_session(&session).await;
     let said = result?;
     if let Some(text) = said.stdout {
@@ -808,9 +809,10 @@ pub(crate) async fn job_participants(
     match participants_on(session, &election).await {
         Ok(list) => Ok(list),
         Err(zookeeper_recipes::Error::Zookeeper(zookeeper_client::Error::NoNode)) => Ok(Vec::new()),
-        Err(e) => Err(Fail::new(format!(
-            "cannot read the participants of {path}: {e}"
-        ))),
+        Err(e) => Err(crate::auth::fail(
+            format_args!("cannot read the participants of {path}"),
+            &e,
+        )),
     }
 }
 
@@ -863,17 +865,21 @@ fn check_status(
 }
 
 /// One admin command: what to print, and how to exit.
-async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, Fail> {
-    let admin = |path: &str| JobAdmin::new(session, path).map_err(Fail::from);
+async fn cron_admin_on(session: &Session, conn: &Conn, command: CronCommand) -> Result<Said, Fail> {
+    // The ACL of the nodes an admin command may create (the job's `control`) is `--acl`'s.
+    let admin = |path: &str| {
+        JobAdmin::new(session, path)
+            .and_then(|admin| admin.with_acl(conn.node_acl()))
+            .map_err(Fail::from)
+    };
     if let Some(path) = command.path() {
         require_job(session, path).await?;
     }
     match command {
         CronCommand::History { path, limit } => {
-            let history = admin(&path)?
-                .history(limit)
-                .await
-                .map_err(|e| Fail::new(format!("cannot read the history of {path}: {e}")))?;
+            let history = admin(&path)?.history(limit).await.map_err(|e| {
+                crate::auth::fail(format_args!("cannot read the history of {path}"), &e)
+            })?;
             Ok(Said::out(serde_json::to_string(&history)?))
         }
         CronCommand::Status {
@@ -881,10 +887,9 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
             check,
             max_age,
         } => {
-            let status = admin(&path)?
-                .status()
-                .await
-                .map_err(|e| Fail::new(format!("cannot read the status of {path}: {e}")))?;
+            let status = admin(&path)?.status().await.map_err(|e| {
+                crate::auth::fail(format_args!("cannot read the status of {path}"), &e)
+            })?;
             let participants = job_participants(session, &path).await?;
             let now_ms = i64::try_from(output::now_ms()).unwrap_or(i64::MAX);
             let mut status_line = output::StatusLine::new(&status, now_ms);
@@ -918,7 +923,7 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
             let n = admin(&path)?
                 .trigger_for(asked)
                 .await
-                .map_err(|e| Fail::new(format!("cannot trigger {path}: {e}")))?;
+                .map_err(|e| crate::auth::fail(format_args!("cannot trigger {path}"), &e))?;
             tracing::info!(path = %path, slot = %format!("trigger-{n}"), "triggered");
             let note = nobody_stands(session, &path, &format!("trigger-{n} runs"))
                 .await
@@ -931,7 +936,7 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
             admin(&path)?
                 .pause()
                 .await
-                .map_err(|e| Fail::new(format!("cannot pause {path}: {e}")))?;
+                .map_err(|e| crate::auth::fail(format_args!("cannot pause {path}"), &e))?;
             tracing::info!(path = %path, "paused");
             let warning = nobody_stands(session, &path, "the pause takes effect").await;
             Ok(Said::out(format!(
@@ -943,7 +948,7 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
             admin(&path)?
                 .resume()
                 .await
-                .map_err(|e| Fail::new(format!("cannot resume {path}: {e}")))?;
+                .map_err(|e| crate::auth::fail(format_args!("cannot resume {path}"), &e))?;
             tracing::info!(path = %path, "resumed");
             let warning = nobody_stands(session, &path, "slots run").await;
             Ok(Said::out(format!(
@@ -961,10 +966,9 @@ async fn cron_admin_on(session: &Session, command: CronCommand) -> Result<Said, 
             } else {
                 Resolution::Rerun
             };
-            admin(&path)?
-                .resolve(&slot, how)
-                .await
-                .map_err(|e| Fail::new(format!("cannot resolve {slot} of {path}: {e}")))?;
+            admin(&path)?.resolve(&slot, how).await.map_err(|e| {
+                crate::auth::fail(format_args!("cannot resolve {slot} of {path}"), &e)
+            })?;
             tracing::info!(path = %path, slot = %slot, done = resolution.done, "resolved");
             if resolution.done {
                 Ok(Said::out(format!(

@@ -35,7 +35,8 @@ pub(crate) async fn lock(
     // CMD gets its grace (zkr stops it itself, never past the lease).
     let mut builder = InterProcessMutex::builder(&session, &args.path)
         .stop_ahead(grace)
-        .error_policy(args.supervised.policy.policy());
+        .error_policy(args.supervised.policy.policy())
+        .acl(conn.node_acl());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }
@@ -78,10 +79,10 @@ pub(crate) async fn lock(
         }
         Err(e) => {
             close_session(&session).await;
-            return Err(Fail::new(format!(
-                "cannot acquire the lock on {}: {e}",
-                args.path
-            )));
+            return Err(crate::auth::fail(
+                format_args!("cannot acquire the lock on {}", args.path),
+                &e,
+            ));
         }
     };
     let term = guard.leadership().clone();

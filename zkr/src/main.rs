@@ -7,6 +7,7 @@
 //! [`Leadership::ended_at`]: zookeeper_recipes::Leadership::ended_at
 
 mod args;
+mod auth;
 mod conn;
 mod cron;
 mod lock;
@@ -115,6 +116,9 @@ pub(crate) mod codes {
     pub(crate) const UNKNOWN_JOB: u8 = 66;
     /// No ZooKeeper server answered within `--connect-timeout` (sysexits' EX_UNAVAILABLE).
     pub(crate) const UNAVAILABLE: u8 = 69;
+    /// The server denied access: a node's ACL refuses this session's identity (`NoAuth`), or
+    /// the server refused the credentials (sysexits' EX_NOPERM).
+    pub(crate) const DENIED: u8 = 77;
     /// CMD is found but cannot be executed: the shell's code.
     pub(crate) const NOT_EXECUTABLE: u8 = 126;
     /// CMD is not found (not a file, nor on `PATH`): the shell's code.
@@ -127,10 +131,29 @@ async fn async_main(cli: Cli) -> ExitCode {
         .clone()
         .or_else(|| std::env::var("ZK_CONNECT").ok().filter(|h| !h.is_empty()))
         .unwrap_or_else(|| DEFAULT_CONNECT.to_owned());
+    // Credentials and the ACL: checked before connecting, as usage errors (exit 2).
+    let auth = match auth::load(cli.auth_file.as_deref())
+        .and_then(|auth| auth::check_acl(cli.acl, auth.as_ref()).map(|()| auth))
+    {
+        Ok(auth) => auth,
+        Err(Fail { message, code }) => {
+            eprintln!("zkr: {message}");
+            return ExitCode::from(code);
+        }
+    };
+    if cli.acl != auth::AclArg::Open && matches!(cli.command, Command::Pool { .. }) {
+        eprintln!(
+            "zkr: --acl {}: `pool` creates its nodes open (LeaderPool takes no ACL yet)",
+            cli.acl.name()
+        );
+        return ExitCode::from(codes::USAGE);
+    }
     let conn = Conn {
         hosts,
         server_tick_time: cli.server_tick_time,
         connect_timeout: cli.connect_timeout,
+        auth,
+        acl: cli.acl,
     };
     if let Some(file) = &cli.events
         && let Err(e) = output::events_to(file)

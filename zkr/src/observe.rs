@@ -54,11 +54,15 @@ pub(crate) async fn latch(
     let session = connect(conn, session_timeout).await?;
     let mut builder = LeaderLatch::builder(&session, &path)
         .close_mode(CloseMode::NotifyLeader)
-        .error_policy(policy);
+        .error_policy(policy)
+        .acl(conn.node_acl());
     if let Some(id) = id {
         builder = builder.id(id);
     }
-    let latch = builder.start().await?;
+    let latch = builder
+        .start()
+        .await
+        .map_err(|e| crate::auth::fail(format_args!("cannot join {path}"), &e))?;
     // Subscribed before the latch's task first runs (nothing has awaited since `start`), so no
     // event is missed.
     let events = latch.events();
@@ -69,7 +73,7 @@ pub(crate) async fn latch(
         &mut events,
         |event| print_latch_event(&latch, event, &mut term),
         || match latch.failure() {
-            Some(e) => Fail::new(format!("the latch stopped: {e}")),
+            Some(e) => crate::auth::fail("the latch stopped", &e),
             None => Fail::new("the latch stopped unexpectedly"),
         },
     )
@@ -104,7 +108,10 @@ pub(crate) async fn watch(
     if let Some(lock_name) = lock_name {
         builder = builder.lock_name(lock_name);
     }
-    let observer = builder.start().await?;
+    let observer = builder
+        .start()
+        .await
+        .map_err(|e| crate::auth::fail(format_args!("cannot watch {path}"), &e))?;
     // Subscribed before the observer's task first runs: its first report is not missed.
     let events = observer.events();
     tokio::pin!(events);
@@ -114,7 +121,7 @@ pub(crate) async fn watch(
             &mut events,
             print_observer_event,
             || match observer.failure() {
-                Some(e) => Fail::new(format!("the observer stopped: {e}")),
+                Some(e) => crate::auth::fail("the observer stopped", &e),
                 None => Fail::new("the observer stopped unexpectedly"),
             },
         )
@@ -194,7 +201,7 @@ pub(crate) async fn participants(
     let session = connect(conn, session_timeout).await?;
     let result = participants_on(&session, path).await;
     close_session(&session).await;
-    let list = result?;
+    let list = result.map_err(|e| crate::auth::fail(format_args!("cannot read {path}"), &e))?;
     let lines: Vec<output::ParticipantLine<'_>> = list.iter().map(Into::into).collect();
     println!("{}", serde_json::to_string(&lines)?);
     Ok(ExitCode::SUCCESS)
@@ -208,6 +215,7 @@ pub(crate) async fn leader(
     let session = connect(conn, session_timeout).await?;
     let result = participants_on(&session, path).await;
     close_session(&session).await;
-    println!("{}", leader_of(result?).id);
+    let list = result.map_err(|e| crate::auth::fail(format_args!("cannot read {path}"), &e))?;
+    println!("{}", leader_of(list).id);
     Ok(ExitCode::SUCCESS)
 }

@@ -45,7 +45,8 @@ pub(crate) async fn run(
         // the lease), and the closure waits beyond that for CMD's group to be gone.
         .stop_ahead(grace)
         .grace(grace * 2 + Duration::from_secs(5))
-        .error_policy(args.supervised.policy.policy());
+        .error_policy(args.supervised.policy.policy())
+        .acl(conn.node_acl());
     if let Some(id) = &args.supervised.id {
         builder = builder.id(id.clone());
     }
@@ -80,7 +81,7 @@ pub(crate) async fn run(
                 Some(next) => next,
                 None => {
                     failure = Some(match selector.failure() {
-                        Some(e) => Fail::new(format!("the leader selector stopped: {e}")),
+                        Some(e) => crate::auth::fail("the leader selector stopped", &e),
                         None => Fail::new("the leader selector stopped unexpectedly"),
                     });
                     break;

@@ -204,6 +204,8 @@ impl CommandSpec {
             }
         };
         command
+            // zkr's credentials are its own: CMD does not inherit them.
+            .env_remove(crate::auth::AUTH_ENV)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(ENV_FENCING_TOKEN, term.token().to_string())
             .env(ENV_LEADER_ID, term.participant_id())

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod auth;
 mod cli;
 mod cron_cli;
 mod cron_ops;

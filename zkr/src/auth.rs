@@ -1,0 +1,207 @@
+//! Authentication and ACLs: the digest credentials of `--auth-file` or `$ZK_AUTH`, and the
+//! `--acl` of the nodes zkr creates. The password never comes from the command line (it would
+//! show in `ps`), and no message or event line carries it.
+
+use std::path::Path;
+
+use clap::ValueEnum;
+use zookeeper_recipes::NodeAcl;
+
+use crate::Fail;
+use crate::codes;
+
+/// The environment variable that may hold the credentials (`digest:USER:PASSWORD`).
+pub(crate) const AUTH_ENV: &str = "ZK_AUTH";
+
+/// Digest credentials. `Debug` leaves the password out.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Digest {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Digest")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// `--acl`: the ACL of the nodes zkr creates ([`NodeAcl`]'s presets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub(crate) enum AclArg {
+    /// Anyone may do anything (`world:anyone`, all: ZooKeeper's and Curator's default)
+    #[default]
+    Open,
+    /// All permissions for the authenticated identity only (`auth`, all: CREATOR_ALL_ACL);
+    /// needs --auth-file or $ZK_AUTH
+    Creator,
+    /// As creator, plus read for anyone (status and participants without credentials); needs
+    /// --auth-file or $ZK_AUTH
+    CreatorRead,
+}
+
+impl AclArg {
+    /// The library's ACL.
+    pub(crate) fn node_acl(self) -> NodeAcl {
+        match self {
+            AclArg::Open => NodeAcl::anyone_all(),
+            AclArg::Creator => NodeAcl::creator_all(),
+            AclArg::CreatorRead => NodeAcl::creator_all_anyone_read(),
+        }
+    }
+
+    /// The value as given on the command line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AclArg::Open => "open",
+            AclArg::Creator => "creator",
+            AclArg::CreatorRead => "creator-read",
+        }
+    }
+}
+
+/// Parses `digest:USER:PASSWORD` (the password may hold colons; a trailing newline is dropped).
+/// The error names what is wrong, never the text itself: it may be a password.
+pub(crate) fn parse_digest(text: &str) -> Result<Digest, String> {
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    if text.contains('\n') {
+        return Err("must be one line `digest:USER:PASSWORD`, found several lines".to_owned());
+    }
+    let Some(rest) = text.strip_prefix("digest:") else {
+        return Err(
+            "must be `digest:USER:PASSWORD` (the only scheme zkr supports is digest)".to_owned(),
+        );
+    };
+    let Some((user, password)) = rest.split_once(':') else {
+        return Err("must be `digest:USER:PASSWORD`: no `:` between user and password".to_owned());
+    };
+    if user.is_empty() {
+        return Err("must be `digest:USER:PASSWORD`: the user is empty".to_owned());
+    }
+    if password.is_empty() {
+        return Err("must be `digest:USER:PASSWORD`: the password is empty".to_owned());
+    }
+    Ok(Digest {
+        user: user.to_owned(),
+        password: password.to_owned(),
+    })
+}
+
+/// The credentials: `--auth-file` if given (`$ZK_AUTH` is then ignored), else `$ZK_AUTH` if set
+/// and not empty, else none. A file that group or others may read or write is refused, as ssh
+/// refuses a private key: the password would not be secret. Every failure is a usage error
+/// (exit 2), found before connecting.
+pub(crate) fn load(auth_file: Option<&Path>) -> Result<Option<Digest>, Fail> {
+    if let Some(file) = auth_file {
+        return read_file(file).map(Some);
+    }
+    match std::env::var(AUTH_ENV) {
+        Ok(text) if !text.is_empty() => parse_digest(&text)
+            .map(Some)
+            .map_err(|why| Fail::with_code(codes::USAGE, format!("${AUTH_ENV} {why}"))),
+        _ => Ok(None),
+    }
+}
+
+fn read_file(file: &Path) -> Result<Digest, Fail> {
+    use std::os::unix::fs::PermissionsExt;
+    let usage = |why: String| {
+        Fail::with_code(
+            codes::USAGE,
+            format!("--auth-file {}: {why}", file.display()),
+        )
+    };
+    let meta = std::fs::metadata(file).map_err(|e| usage(format!("cannot read it: {e}")))?;
+    if !meta.is_file() {
+        return Err(usage("not a regular file".to_owned()));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(usage(format!(
+            "group or others may access it (mode {mode:03o}); it holds a password: chmod 600 {}",
+            file.display()
+        )));
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read it: {e}")))?;
+    parse_digest(&text).map_err(usage)
+}
+
+/// Checks `--acl` against the credentials: a creator ACL without credentials is a usage error.
+pub(crate) fn check_acl(acl: AclArg, auth: Option<&Digest>) -> Result<(), Fail> {
+    if acl != AclArg::Open && auth.is_none() {
+        return Err(Fail::with_code(
+            codes::USAGE,
+            format!(
+                "--acl {} needs credentials: give --auth-file FILE or ${AUTH_ENV} (digest:USER:PASSWORD)",
+                acl.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a library error is the server denying access: the node's ACL refuses this session's
+/// identity (`NoAuth`), or the server refused the credentials (`AuthFailed`).
+pub(crate) fn is_denied(e: &zookeeper_recipes::Error) -> bool {
+    use zookeeper_client::Error as Zk;
+    use zookeeper_recipes::Error as E;
+    match e {
+        E::AuthFailed => true,
+        E::Refused { source, .. } => matches!(source, Zk::NoAuth | Zk::AuthFailed),
+        E::Zookeeper(source) => matches!(source, Zk::NoAuth | Zk::AuthFailed),
+        _ => false,
+    }
+}
+
+/// The failure for `what` (e.g. "cannot read the status of /cron/x") failing with `e`: exit 77
+/// with a hint when the server denied access, else exit 1.
+pub(crate) fn fail(what: impl std::fmt::Display, e: &zookeeper_recipes::Error) -> Fail {
+    if is_denied(e) {
+        Fail::with_code(
+            codes::DENIED,
+            format!(
+                "{what}: {e}: access denied by the node's ACL; authenticate as the identity that created it (--auth-file FILE or ${AUTH_ENV})"
+            ),
+        )
+    } else {
+        Fail::new(format!("{what}: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_digest_and_keeps_colons_in_the_password() {
+        let d = parse_digest("digest:job:s3:cret\n").unwrap();
+        assert_eq!(d.user, "job");
+        assert_eq!(d.password, "s3:cret");
+        assert!(!format!("{d:?}").contains("s3:cret"));
+    }
+
+    #[test]
+    fn refuses_bad_formats_without_echoing_them() {
+        for bad in [
+            "",
+            "sekrit",
+            "ip:1.2.3.4",
+            "digest:",
+            "digest:user",
+            "digest::pw",
+            "ip:sekrit",
+            "digest:user:",
+            "digest:a:b\ndigest:c:d",
+        ] {
+            let why = parse_digest(bad).unwrap_err();
+            assert!(
+                !why.contains("sekrit") && !why.contains("pw") && !why.contains("a:b"),
+                "{why:?} echoes {bad:?}"
+            );
+        }
+    }
+}

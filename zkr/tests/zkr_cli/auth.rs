@@ -1,0 +1,406 @@
+//! Authentication and ACLs from the command line (issue 28, item 15): `--auth-file`,
+//! `$ZK_AUTH` and `--acl`, through the real binary against real ZooKeeper. Each test owns its
+//! job path; every wait is bounded with a message that says what did not happen.
+
+use zookeeper_recipes_rigs::fixtures as common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use common::zkr::{EventsOn, Zkr, zkr};
+use common::{BOUND, client, persistent, shared_server, zookeeper};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use zookeeper_client::Error as Zk;
+use zookeeper_recipes_testing as testing;
+
+/// `zkr [ENV] ARGS...` to completion: exit status, stdout, stderr.
+async fn zkr_output(
+    connect: &str,
+    env: Option<(&str, &str)>,
+    args: &[&str],
+) -> (ExitStatus, String, String) {
+    let mut c = zkr(connect);
+    if let Some((key, value)) = env {
+        c.env(key, value);
+    }
+    c.args(args);
+    let out = tokio::time::timeout(BOUND, c.output())
+        .await
+        .unwrap_or_else(|_| panic!("zkr {args:?} did not finish within {BOUND:?}"))
+        .expect("zkr ran");
+    (
+        out.status,
+        String::from_utf8(out.stdout).expect("zkr prints UTF-8"),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Writes `text` to `dir/name` with `mode`; returns the path as a string.
+fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
+    let file = dir.join(name);
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// A fresh digest identity: (user, password).
+fn identity() -> (String, String) {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    (format!("job-{}", &id[..8]), format!("pw-{}", &id[8..24]))
+}
+
+/// A client of ZooKeeper authenticated as `user:password` (digest).
+async fn client_as(connect: &str, user: &str, password: &str) -> zookeeper_client::Client {
+    let zk = client(connect).await;
+    tokio::time::timeout(
+        BOUND,
+        zk.auth("digest", format!("{user}:{password}").as_bytes()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("digest auth as {user} got no answer within {BOUND:?}"))
+    .expect("the server accepts a digest identity");
+    zk
+}
+
+/// The parent of the test paths exists with an open ACL, so that a creator ACL given to a job
+/// never lands on a node other tests share.
+async fn open_parent(connect: &str, path: &str) {
+    let parent = &path[..path.rfind('/').unwrap()];
+    let zk = client(connect).await;
+    match zk.mkdir(parent, &persistent()).await {
+        Ok(()) | Err(Zk::NodeExists) => {}
+        Err(e) => panic!("cannot create {parent}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_job_with_auth_file_and_acl_creator_is_closed_to_others_and_open_to_its_user() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("auth-creator");
+    open_parent(connect, &path).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (user, password) = identity();
+    let file = write_file(
+        dir.path(),
+        "zk.auth",
+        &format!("digest:{user}:{password}\n"),
+        0o600,
+    );
+
+    let mut r = Zkr::supervisor(
+        connect,
+        "r",
+        &[
+            "--session-timeout",
+            "6s",
+            "--auth-file",
+            &file,
+            "--acl",
+            "creator",
+            "cron",
+            "run",
+            &path,
+            "--id",
+            "r",
+            "--every",
+            "1s",
+            "--",
+            "true",
+        ],
+    );
+    r.wait_for("slot_finished", BOUND, "r ran no slot with --acl creator")
+        .await;
+
+    // Nobody else may read, list or write the job's nodes.
+    let anyone = client(connect).await;
+    for (what, denied) in [
+        ("getData", anyone.get_data(&path).await.err()),
+        ("getChildren", anyone.get_children(&path).await.err()),
+        (
+            "getChildren of the election",
+            anyone.get_children(&format!("{path}/leader")).await.err(),
+        ),
+        (
+            "create a child",
+            anyone
+                .create(&format!("{path}/intruder"), b"", &persistent())
+                .await
+                .err(),
+        ),
+    ] {
+        assert_eq!(
+            denied,
+            Some(Zk::NoAuth),
+            "an unauthenticated client could {what} on {path}"
+        );
+    }
+    // A client of another digest user neither.
+    let (stranger, other_password) = identity();
+    let other = client_as(connect, &stranger, &other_password).await;
+    assert_eq!(
+        other.get_children(&path).await.err(),
+        Some(Zk::NoAuth),
+        "another digest user could list {path}"
+    );
+    // The same digest user can do everything.
+    let same = client_as(connect, &user, &password).await;
+    let (children, _) = same
+        .get_children(&path)
+        .await
+        .expect("its user lists the job");
+    assert!(children.contains(&"leader".to_owned()), "{children:?}");
+    let mine = format!("{path}/mine");
+    same.create(&mine, b"x", &persistent())
+        .await
+        .expect("its user creates under the job");
+    same.delete(&mine, None).await.expect("and deletes");
+
+    // `cron status`: with the credentials (the file, or $ZK_AUTH) it works.
+    let mut said = Vec::new();
+    for (env, pre) in [
+        (None, vec!["--auth-file", file.as_str()]),
+        (Some(format!("digest:{user}:{password}")), vec![]),
+    ] {
+        let mut args = pre.clone();
+        args.extend_from_slice(&["cron", "status", &path]);
+        let (status, out, err) =
+            zkr_output(connect, env.as_deref().map(|v| ("ZK_AUTH", v)), &args).await;
+        assert!(status.success(), "zkr {args:?} failed: {status}\n{err}");
+        let json: Value = serde_json::from_str(&out).expect("status prints JSON");
+        assert!(json.is_object(), "{out}");
+        said.push(err);
+    }
+    // Without credentials, or with the wrong ones, it fails with 77 and says why.
+    let wrong = write_file(
+        dir.path(),
+        "wrong.auth",
+        &format!("digest:{user}:not-{password}"),
+        0o600,
+    );
+    for pre in [vec![], vec!["--auth-file", wrong.as_str()]] {
+        let mut args = pre.clone();
+        args.extend_from_slice(&["cron", "status", &path]);
+        let (status, out, err) = zkr_output(connect, None, &args).await;
+        assert_eq!(status.code(), Some(77), "zkr {args:?}: {out}\n{err}");
+        assert!(out.is_empty(), "zkr {args:?} printed {out:?}");
+        assert!(
+            err.contains(&format!("cannot read the status of {path}"))
+                && err.contains("access denied")
+                && err.contains("--auth-file"),
+            "zkr {args:?} should say access was denied and how to authenticate: {err}"
+        );
+        said.push(err);
+    }
+
+    r.signal(Signal::SIGTERM);
+    let code = r.exit(BOUND, "r after SIGTERM").await.code();
+    assert!(matches!(code, Some(0 | 143)), "{code:?}\n{}", r.context());
+    let lines = r.all_lines(BOUND).await;
+    // The password is in no event line, no other output of r, and no message of the commands.
+    for line in &lines {
+        let text = line.json.to_string();
+        assert!(
+            !text.contains(&password),
+            "an event line holds the password: {text}"
+        );
+    }
+    let other_output = r.other.lock().unwrap().join("\n");
+    assert!(
+        !other_output.contains(&password),
+        "r's output holds the password: {other_output}"
+    );
+    for err in said {
+        assert!(
+            !err.contains(&password),
+            "a message holds the password: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_password() {
+    // No server: a listener that tells whether zkr tried to connect.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connect = listener.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "hunter2-s3cret";
+    let open = write_file(
+        dir.path(),
+        "open.auth",
+        &format!("digest:u:{secret}\n"),
+        0o644,
+    );
+    let no_scheme = write_file(dir.path(), "plain.auth", &format!("u:{secret}"), 0o600);
+    let no_user = write_file(
+        dir.path(),
+        "nouser.auth",
+        &format!("digest::{secret}"),
+        0o600,
+    );
+    let two_lines = write_file(
+        dir.path(),
+        "two.auth",
+        &format!("digest:u:{secret}\ndigest:v:{secret}\n"),
+        0o600,
+    );
+    let missing = dir.path().join("missing.auth").to_str().unwrap().to_owned();
+    for (file, says) in [
+        (&open, "group or others may access it (mode 644)"),
+        (&no_scheme, "must be `digest:USER:PASSWORD`"),
+        (&no_user, "the user is empty"),
+        (&two_lines, "several lines"),
+        (&missing, "cannot read it"),
+    ] {
+        let args = ["--auth-file", file.as_str(), "cron", "status", "/cron/x"];
+        let (status, out, err) = zkr_output(&connect, None, &args).await;
+        assert_eq!(status.code(), Some(2), "zkr {args:?}: {out}\n{err}");
+        assert!(
+            err.contains(&format!("--auth-file {file}")) && err.contains(says),
+            "zkr {args:?} should name the file and say {says:?}: {err}"
+        );
+        assert!(
+            !err.contains(secret),
+            "the message holds the password: {err}"
+        );
+    }
+    // $ZK_AUTH in a wrong format.
+    let (status, _, err) = zkr_output(
+        &connect,
+        Some(("ZK_AUTH", &format!("sasl:u:{secret}"))),
+        &["cron", "status", "/cron/x"],
+    )
+    .await;
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("$ZK_AUTH must be `digest:USER:PASSWORD`"),
+        "{err}"
+    );
+    assert!(
+        !err.contains(secret),
+        "the message holds the password: {err}"
+    );
+    // A creator ACL without credentials.
+    for acl in ["creator", "creator-read"] {
+        let args = [
+            "--acl", acl, "cron", "run", "/cron/x", "--every", "1s", "--", "true",
+        ];
+        let (status, _, err) = zkr_output(&connect, None, &args).await;
+        assert_eq!(status.code(), Some(2), "zkr {args:?}: {err}");
+        assert!(
+            err.contains(&format!("--acl {acl} needs credentials")),
+            "zkr {args:?}: {err}"
+        );
+    }
+    assert!(
+        listener.accept().is_err(),
+        "zkr connected although its arguments were refused"
+    );
+}
+
+#[tokio::test]
+async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (user, password) = identity();
+    let file = write_file(
+        dir.path(),
+        "zk.auth",
+        &format!("digest:{user}:{password}"),
+        0o600,
+    );
+    for command in ["run", "lock"] {
+        let path = testing::unique_path(&format!("auth-{command}"));
+        open_parent(connect, &path).await;
+        // A holder keeps the path: an empty election or lock path is a container, which the
+        // server may delete at any time. `run` takes the credentials from $ZK_AUTH, `lock` from
+        // the file; CMD, which fails at once if it sees $ZK_AUTH, does not inherit them.
+        let mut c = zkr(connect);
+        if command == "run" {
+            c.env("ZK_AUTH", format!("digest:{user}:{password}"));
+        } else {
+            c.args(["--auth-file", file.as_str()]);
+        }
+        c.args([
+            "--acl",
+            "creator",
+            command,
+            &path,
+            "--",
+            "sh",
+            "-c",
+            "test -z \"${ZK_AUTH+set}\" && exec sleep 60",
+        ]);
+        let mut holder = Zkr::spawn(command, c, EventsOn::Stderr);
+        holder
+            .wait_for("cmd_started", BOUND, "the holder's CMD never started")
+            .await;
+
+        let anyone = client(connect).await;
+        assert_eq!(
+            anyone.get_children(&path).await.err(),
+            Some(Zk::NoAuth),
+            "`zkr {command} --acl creator` left {path} open to anyone"
+        );
+        // ZooKeeper (since 3.4.14/3.5.5) shows an ACL only to a reader: its user reads it.
+        let same = client_as(connect, &user, &password).await;
+        let (acl, _) = same.get_acl(&path).await.expect("its user reads the ACL");
+        assert!(
+            acl.iter()
+                .all(|a| a.scheme() == "digest" && a.id().starts_with(&format!("{user}:"))),
+            "`zkr {command}` gave {path} the ACL {acl:?}"
+        );
+        // Taking part without the credentials: 77, "access denied".
+        let args = [command, path.as_str(), "--", "true"];
+        let (status, out, err) = zkr_output(connect, None, &args).await;
+        assert_eq!(status.code(), Some(77), "zkr {args:?}: {out}\n{err}");
+        assert!(err.contains("access denied"), "zkr {args:?}: {err}");
+        // `zkr participants`: 77 without the credentials, the holder with them.
+        let (status, out, err) = zkr_output(connect, None, &["participants", &path]).await;
+        assert_eq!(status.code(), Some(77), "{out}\n{err}");
+        assert!(err.contains("access denied"), "{err}");
+        let (status, out, err) = zkr_output(
+            connect,
+            None,
+            &["--auth-file", &file, "participants", &path],
+        )
+        .await;
+        assert!(status.success(), "{err}");
+        let list: Value = serde_json::from_str(&out).expect("participants prints JSON");
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{out}");
+        assert!(
+            !err.contains(&password),
+            "a message holds the password: {err}"
+        );
+
+        holder.signal(Signal::SIGTERM);
+        let code = holder.exit(BOUND, "the holder after SIGTERM").await.code();
+        assert!(
+            matches!(code, Some(0 | 143)),
+            "{code:?}\n{}",
+            holder.context()
+        );
+        for line in holder.all_lines(BOUND).await {
+            let text = line.json.to_string();
+            assert!(
+                !text.contains(&password),
+                "an event line holds the password: {text}"
+            );
+        }
+        let other = holder.other.lock().unwrap().join("\n");
+        assert!(
+            !other.contains(&password),
+            "the output holds the password: {other}"
+        );
+    }
+}
