@@ -44,7 +44,7 @@ pub struct SessionBuilder {
     chroot: Option<String>,
     session_timeout: Duration,
     connection_timeout: Duration,
-    digest: Option<(String, String)>,
+    digest: Option<Digest>,
     read_only: bool,
     lease_margin: Option<Duration>,
     server_tick_time: Option<Duration>,
@@ -93,7 +93,10 @@ impl SessionBuilder {
 
     /// Authenticates with ZooKeeper's `digest` scheme as `user:password`.
     pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.digest = Some((user.into(), password.into()));
+        self.digest = Some(Digest {
+            user: user.into(),
+            password: password.into(),
+        });
         self
     }
 
@@ -197,7 +200,7 @@ impl SessionBuilder {
                 reason: "must be greater than zero".into(),
             });
         }
-        if let Some((user, _)) = &self.digest
+        if let Some(Digest { user, .. }) = &self.digest
             && (user.is_empty() || user.contains(':'))
         {
             return Err(Error::InvalidArgument {
@@ -295,13 +298,30 @@ impl SessionBuilder {
     }
 }
 
+/// Credentials of ZooKeeper's `digest` scheme. `Debug` shows the user, never the password: a
+/// builder or a session's settings printed in a log must not carry it.
+#[derive(Clone)]
+pub(super) struct Digest {
+    pub(super) user: String,
+    pub(super) password: String,
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Digest")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct Config {
     pub(super) hosts: String,
     pub(super) chroot: Option<String>,
     pub(super) session_timeout: Duration,
     pub(super) connection_timeout: Duration,
-    pub(super) digest: Option<(String, String)>,
+    pub(super) digest: Option<Digest>,
     pub(super) read_only: bool,
     pub(super) lease_margin: Option<Duration>,
     pub(super) server_tick_time: Option<Duration>,
@@ -312,6 +332,14 @@ pub(super) struct Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_builder_printed_for_a_log_shows_the_digest_user_but_never_the_password() {
+        let builder = Session::builder("a:1").digest_auth("app", "s3cret-pw");
+        let printed = format!("{builder:?}");
+        assert!(printed.contains("app"), "{printed}");
+        assert!(!printed.contains("s3cret-pw"), "{printed}");
+    }
 
     #[test]
     fn bad_settings_are_rejected_before_connecting() {

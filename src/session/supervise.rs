@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 use zookeeper_client::{Acls, Client, CreateMode, SessionInfo, SessionState};
 
-use super::builder::Config;
+use super::builder::{Config, Digest};
 use super::lease::{self, Lease, QuorumProof, assumed_tick, heartbeat_interval, relay_allowance};
 use super::relay::{Relay, RelayEvent};
 use super::{Live, SessionStatus, Shared, hex};
@@ -688,7 +688,7 @@ async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Res
         .with_session_timeout(resume.timeout)
         .with_connection_timeout(idle_limit(resume.timeout))
         .with_readonly(config.read_only);
-    if let Some((user, password)) = &config.digest {
+    if let Some(Digest { user, password }) = &config.digest {
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     let client = match connector.with_fail_eagerly().connect(relayed).await {
@@ -719,7 +719,7 @@ async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
         .with_session_timeout(config.session_timeout)
         .with_connection_timeout(idle_limit(config.session_timeout))
         .with_readonly(config.read_only);
-    if let Some((user, password)) = &config.digest {
+    if let Some(Digest { user, password }) = &config.digest {
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     // One round of the hosts per attempt (the client would otherwise cycle through them until
