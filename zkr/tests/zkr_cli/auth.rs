@@ -6,7 +6,6 @@ use zookeeper_recipes_rigs::fixtures as common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::ExitStatus;
 
 use common::zkr::{EventsOn, Zkr, zkr};
 use common::{BOUND, client, persistent, shared_server, zookeeper};
@@ -15,27 +14,8 @@ use serde_json::Value;
 use zookeeper_client::Error as Zk;
 use zookeeper_recipes_testing as testing;
 
-/// `zkr [ENV] ARGS...` to completion: exit status, stdout, stderr.
-async fn zkr_output(
-    connect: &str,
-    env: Option<(&str, &str)>,
-    args: &[&str],
-) -> (ExitStatus, String, String) {
-    let mut c = zkr(connect);
-    if let Some((key, value)) = env {
-        c.env(key, value);
-    }
-    c.args(args);
-    let out = tokio::time::timeout(BOUND, c.output())
-        .await
-        .unwrap_or_else(|_| panic!("zkr {args:?} did not finish within {BOUND:?}"))
-        .expect("zkr ran");
-    (
-        out.status,
-        String::from_utf8(out.stdout).expect("zkr prints UTF-8"),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+// `zkr [ENV] ARGS...` to completion: the suite's helper, with an environment variable.
+use crate::cron_cli::zkr_output_with as zkr_output;
 
 /// Writes `text` to `dir/name` with `mode`; returns the path as a string.
 fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {

@@ -39,7 +39,19 @@ const STEADY: &str = "6s";
 
 /// `zkr ARGS...` to completion: exit status, stdout, stderr.
 async fn zkr_output(connect: &str, args: &[&str]) -> (ExitStatus, String, String) {
+    zkr_output_with(connect, None, args).await
+}
+
+/// `zkr [ENV] ARGS...` to completion: exit status, stdout, stderr.
+pub(crate) async fn zkr_output_with(
+    connect: &str,
+    env: Option<(&str, &str)>,
+    args: &[&str],
+) -> (ExitStatus, String, String) {
     let mut c = zkr(connect);
+    if let Some((key, value)) = env {
+        c.env(key, value);
+    }
     c.args(args);
     let out = tokio::time::timeout(BOUND, c.output())
         .await
