@@ -18,7 +18,7 @@ use zookeeper_recipes_testing as testing;
 use crate::cron_cli::zkr_output_with as zkr_output;
 
 /// Writes `text` to `dir/name` with `mode`; returns the path as a string.
-fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
+pub(crate) fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
     let file = dir.join(name);
     std::fs::write(&file, text).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -26,7 +26,7 @@ fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
 }
 
 /// A fresh digest identity: (user, password).
-fn identity() -> (String, String) {
+pub(crate) fn identity() -> (String, String) {
     let id = uuid::Uuid::new_v4().simple().to_string();
     (format!("job-{}", &id[..8]), format!("pw-{}", &id[8..24]))
 }
@@ -46,7 +46,7 @@ async fn client_as(connect: &str, user: &str, password: &str) -> zookeeper_clien
 
 /// The parent of the test paths exists with an open ACL, so that a creator ACL given to a job
 /// never lands on a node other tests share.
-async fn open_parent(connect: &str, path: &str) {
+pub(crate) async fn open_parent(connect: &str, path: &str) {
     let parent = &path[..path.rfind('/').unwrap()];
     let zk = client(connect).await;
     match zk.mkdir(parent, &persistent()).await {
