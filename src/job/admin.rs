@@ -45,6 +45,12 @@ pub struct JobStatus {
     /// The newest slot recorded `succeeded` that the history still holds (by its end, the
     /// ensemble's time in `ended_ms`).
     pub last_success: Option<SlotRecord>,
+    /// The newest slot recorded `failed` when no slot after it (by nominal instant, the order
+    /// of [`history`](JobAdmin::history)) is recorded `succeeded`: a failure not made good yet.
+    /// Slots skipped, missed or still open after it do not make it good (`zkr cron status
+    /// --check` reports it as `failed`); a later success, a `resolve --done` of a later parked
+    /// slot, or a `resolve --rerun` of the failed slot itself (which reopens it) do.
+    pub unrecovered_failure: Option<SlotRecord>,
 }
 
 /// An operator's handle on a job: read its history and status, trigger, pause, resume, resolve
@@ -153,6 +159,11 @@ impl JobAdmin {
             .collect();
         records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
         let last = records.iter().find(|r| r.state.is_final()).cloned();
+        let unrecovered_failure = records
+            .iter()
+            .find(|r| matches!(r.state, SlotState::Succeeded | SlotState::Failed))
+            .filter(|r| r.state == SlotState::Failed)
+            .cloned();
         let last_success = records
             .iter()
             .filter(|r| r.state == SlotState::Succeeded)
@@ -185,6 +196,7 @@ impl JobAdmin {
             last,
             orphaned,
             last_success,
+            unrecovered_failure,
         })
     }
 

@@ -838,10 +838,8 @@ fn check_status(
     if status.leader.is_none() {
         problems.push(("no_leader", CHECK_NO_LEADER));
     }
-    let failed = status
-        .last
-        .as_ref()
-        .is_some_and(|r| r.state == SlotState::Failed);
+    // A failed slot with no later success, even if slots were skipped or missed after it.
+    let failed = status.unrecovered_failure.is_some();
     let parked = status.open.iter().any(|r| r.state == SlotState::Parked);
     if failed {
         problems.push(("failed", CHECK_FAILED));

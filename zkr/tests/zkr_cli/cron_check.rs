@@ -1,9 +1,9 @@
 //! `zkr cron status [--check]` on the ensemble's clock (issue 28): the age of the last success
 //! and `--max-age` measured against the `mtime` of a write to the job's `clock` node, not the
 //! checking host's wall clock (skewed here with libfaketime); the fallback to the local clock,
-//! said, when the checker may not write. Through the real binary against real ZooKeeper; each
-//! test owns its job path and every wait is bounded with a message that says what did not
-//! happen.
+//! said, when the checker may not write; a failed slot followed only by skipped ones. Through
+//! the real binary against real ZooKeeper; each test owns its job path and every wait is
+//! bounded with a message that says what did not happen.
 
 use zookeeper_recipes_rigs::fixtures as common;
 
@@ -225,5 +225,51 @@ async fn status_falls_back_to_the_local_clock_and_says_so_when_it_may_not_write_
     assert_eq!(code, Some(0), "{s}\n{err}");
     assert_eq!(s["clock"], "ensemble", "{s}");
     assert!(!err.contains("warning"), "{err}");
+    stop(&mut r).await;
+}
+
+/// `--check` reports a failed slot that no later slot made good, also when slots after it were
+/// skipped (here: paused); a later success clears it. Before, only the newest settled slot
+/// counted, and a skipped one hid the failure.
+#[tokio::test]
+async fn status_check_reports_a_failed_slot_followed_only_by_skipped_ones() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-failed-skipped");
+    // The schedule's slots fail; triggers succeed.
+    let script = "case \"$ZK_SLOT\" in trigger-*) exit 0;; esac; exit 5";
+    let mut r = replica(connect, "r", &[], &path, &["--every", "2s"], script);
+    let failed = loop {
+        let line = r.wait_for("slot_finished", BOUND, "no slot finished").await;
+        if line.str("outcome") == "failed" {
+            break line.str("slot").to_owned();
+        }
+    };
+    cron_ok(connect, &[], &["pause", &path]).await;
+    let skipped = r
+        .wait_for("slot_skipped", BOUND, "no slot was skipped while paused")
+        .await;
+    assert_eq!(skipped.str("reason"), "paused", "{:?}", skipped.json);
+
+    let (code, s, _) = status(connect, None, None, &[&path, "--check"]).await;
+    assert!(
+        matches!(s["last"]["state"].as_str(), Some("skipped" | "missed")),
+        "the newest settled slot: {s}"
+    );
+    assert_eq!(
+        code,
+        Some(11),
+        "{failed} failed, then slots were skipped: {s}"
+    );
+    assert_eq!(s["check"]["problems"], serde_json::json!(["failed"]), "{s}");
+
+    // A success after it makes it good (a trigger runs while paused).
+    cron_ok(connect, &[], &["trigger", &path]).await;
+    finished(&mut r, "trigger-1", "succeeded").await;
+    let (code, s, _) = status(connect, None, None, &[&path, "--check"]).await;
+    assert_eq!(code, Some(0), "a success after the failure: {s}");
     stop(&mut r).await;
 }
