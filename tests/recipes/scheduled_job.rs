@@ -1846,8 +1846,8 @@ async fn drain_lets_the_running_slot_finish_and_a_drain_that_runs_out_cuts_it_of
 }
 
 /// The job's metrics (feature `metrics`), through a real Prometheus recorder: slots started,
-/// ends by outcome, slots not run by reason, run durations, the running gauge, the time of the
-/// last success.
+/// ends by outcome, slots not run by reason, retries on failure, run durations, the running
+/// gauge, the time of the last success.
 #[tokio::test]
 async fn metrics_count_slots_by_outcome_and_reason() {
     if !zookeeper() {
@@ -1864,10 +1864,11 @@ async fn metrics_count_slots_by_outcome_and_reason() {
     let s = session(server.connect_string(), Duration::from_secs(10)).await;
     let path = testing::unique_path("cron-metrics");
     let before_ms = chrono_now_ms();
-    // Scheduled slots succeed, triggers fail.
+    // Scheduled slots succeed, triggers fail (and are retried once).
     let job = ScheduledJob::builder(&s, &path)
         .every(Duration::from_millis(200))
         .id("m")
+        .retries(1, Duration::from_millis(50))
         .start(|run: SlotRun| async move {
             if run.is_triggered() {
                 Err(std::io::Error::other("triggers fail here"))
@@ -1940,6 +1941,7 @@ async fn metrics_count_slots_by_outcome_and_reason() {
         &[("outcome", "succeeded")],
     )
     .unwrap_or(0.0);
+    let retries = value("zookeeper_recipes_job_slot_retries_total", &[]).unwrap_or(0.0);
     let running = value("zookeeper_recipes_job_running", &[]);
     let offset = value("zookeeper_recipes_job_clock_offset_seconds", &[]);
     let last_success =
@@ -1949,6 +1951,10 @@ async fn metrics_count_slots_by_outcome_and_reason() {
     assert!(ok >= 2.0 && failed == 1.0, "ends by outcome:\n{context}");
     assert!(started >= ok + failed, "starts:\n{context}");
     assert!(paused >= 1.0, "slots not run while paused:\n{context}");
+    assert_eq!(
+        retries, 1.0,
+        "the trigger's one retry on failure:\n{context}"
+    );
     assert!(timed >= 2.0, "run durations:\n{context}");
     assert_eq!(running, Some(0.0), "nothing runs after close:\n{context}");
     assert!(
