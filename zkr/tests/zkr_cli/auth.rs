@@ -224,6 +224,7 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
         &format!("digest::{secret}"),
         0o600,
     );
+    let no_password = write_file(dir.path(), "nopw.auth", "digest:u:\n", 0o600);
     let two_lines = write_file(
         dir.path(),
         "two.auth",
@@ -235,6 +236,7 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
         (&open, "group or others may access it (mode 644)"),
         (&no_scheme, "must be `digest:USER:PASSWORD`"),
         (&no_user, "the user is empty"),
+        (&no_password, "the password is empty"),
         (&two_lines, "several lines"),
         (&missing, "cannot read it"),
     ] {
@@ -245,6 +247,24 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
             err.contains(&format!("--auth-file {file}")) && err.contains(says),
             "zkr {args:?} should name the file and say {says:?}: {err}"
         );
+        assert!(
+            !err.contains(secret),
+            "the message holds the password: {err}"
+        );
+    }
+    // $ZK_AUTH with an empty user or password (the library refuses both at build too).
+    for (value, says) in [
+        (format!("digest::{secret}"), "the user is empty"),
+        ("digest:u:".to_owned(), "the password is empty"),
+    ] {
+        let (status, out, err) = zkr_output(
+            &connect,
+            Some(("ZK_AUTH", &value)),
+            &["cron", "status", "/cron/x"],
+        )
+        .await;
+        assert_eq!(status.code(), Some(2), "ZK_AUTH={value:?}: {out}\n{err}");
+        assert!(err.contains("$ZK_AUTH") && err.contains(says), "{err}");
         assert!(
             !err.contains(secret),
             "the message holds the password: {err}"
