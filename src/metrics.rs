@@ -27,6 +27,7 @@
 //! | `zookeeper_recipes_job_slots_started_total` | counter | `path`, `id` | slots a [`ScheduledJob`](crate::job::ScheduledJob) replica claimed and started (retries and triggers included) |
 //! | `zookeeper_recipes_job_slots_ended_total` | counter | `path`, `id`, `outcome` | slot ends this replica recorded: `succeeded`, `failed`, `parked` (a cut-off slot settled by the on-crash policy counts here too), or `abandoned` (the end was refused because the term was over; the slot stays open for the next leader) |
 //! | `zookeeper_recipes_job_slots_not_run_total` | counter | `path`, `id`, `reason` | slots recorded as not run: `overlap`, `paused`, `catch_up` (each slot of a folded `missed` range counts) |
+//! | `zookeeper_recipes_job_slot_retries_total` | counter | `path`, `id` | retries on failure this replica scheduled ([`ScheduledJobBuilder::retries`](crate::job::ScheduledJobBuilder::retries)): a run that returned an error, recorded `pending` (`retry`) to run again after the backoff. A cut-off run retried by the on-crash policy is not counted here (it starts again: `slots_started_total`) |
 //! | `zookeeper_recipes_job_run_duration_seconds` | histogram | `path`, `id`, `outcome` | how long this replica's runs took, from the claim to the recorded end (`succeeded`, `failed`, `abandoned`) |
 //! | `zookeeper_recipes_job_running` | gauge | `path`, `id` | 1 while this replica runs a slot, else 0 |
 //! | `zookeeper_recipes_job_last_success_timestamp_seconds` | gauge | `path`, `id` | the ensemble's time (Unix seconds; the `mtime` of the job's writes, not this replica's clock) of the last slot end this replica recorded `succeeded`. For a "the nightly job has not succeeded for 26 h" alert, take the `max` over `id`: the replicas lead in turn, and a replica that just started has none |
@@ -71,6 +72,8 @@ pub const JOB_SLOTS_STARTED: &str = "zookeeper_recipes_job_slots_started_total";
 pub const JOB_SLOTS_ENDED: &str = "zookeeper_recipes_job_slots_ended_total";
 /// Slots recorded as not run, by reason.
 pub const JOB_SLOTS_NOT_RUN: &str = "zookeeper_recipes_job_slots_not_run_total";
+/// Retries on failure a scheduled job's replica scheduled.
+pub const JOB_SLOT_RETRIES: &str = "zookeeper_recipes_job_slot_retries_total";
 /// How long a scheduled job's runs took, by outcome, in seconds.
 pub const JOB_RUN_DURATION: &str = "zookeeper_recipes_job_run_duration_seconds";
 /// 1 while a scheduled job's replica runs a slot.
@@ -208,6 +211,14 @@ pub(crate) fn job_slots_not_run(path: &str, id: &str, reason: &str, count: u64) 
         let l = [("path", p), ("id", i), ("reason", reason.to_owned())];
         metrics::counter!(JOB_SLOTS_NOT_RUN, &l).increment(count);
     }
+}
+
+#[cfg(feature = "job")]
+/// A scheduled job's replica on `path` recorded a failed run to be retried.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_slot_retrying(path: &str, id: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(JOB_SLOT_RETRIES, &labels(path, id)).increment(1);
 }
 
 #[cfg(feature = "job")]

@@ -1,7 +1,7 @@
 //! The operators' handle on a job ([`JobAdmin`]: history, status, trigger, pause, resume,
 //! resolve), and the reads of the job's nodes it shares with the leader.
 
-use tracing::warn;
+use tracing::{debug, warn};
 use zookeeper_client::CreateMode;
 
 use super::plan::{PendingReason, Records, SettleReason};
@@ -12,6 +12,10 @@ use crate::contender::{self, Participant};
 use crate::error::{Error, Result};
 use crate::path;
 use crate::session::Session;
+
+/// The node under the job's path that [`JobAdmin::ensemble_now`] writes to read the ensemble's
+/// clock: no participant reads or watches it, and nobody guards its version.
+const CLOCK_NODE: &str = "clock";
 
 /// The job's state as [`JobAdmin::status`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +45,12 @@ pub struct JobStatus {
     /// The newest slot recorded `succeeded` that the history still holds (by its end, the
     /// ensemble's time in `ended_ms`).
     pub last_success: Option<SlotRecord>,
+    /// The newest slot recorded `failed` when no slot after it (by nominal instant, the order
+    /// of [`history`](JobAdmin::history)) is recorded `succeeded`: a failure not made good yet.
+    /// Slots skipped, missed or still open after it do not make it good (`zkr cron status
+    /// --check` reports it as `failed`); a later success, a `resolve --done` of a later parked
+    /// slot, or a `resolve --rerun` of the failed slot itself (which reopens it) do.
+    pub unrecovered_failure: Option<SlotRecord>,
 }
 
 /// An operator's handle on a job: read its history and status, trigger, pause, resume, resolve
@@ -149,6 +159,11 @@ impl JobAdmin {
             .collect();
         records.sort_by(|a, b| (b.nominal_ms, &b.slot).cmp(&(a.nominal_ms, &a.slot)));
         let last = records.iter().find(|r| r.state.is_final()).cloned();
+        let unrecovered_failure = records
+            .iter()
+            .find(|r| matches!(r.state, SlotState::Succeeded | SlotState::Failed))
+            .filter(|r| r.state == SlotState::Failed)
+            .cloned();
         let last_success = records
             .iter()
             .filter(|r| r.state == SlotState::Succeeded)
@@ -181,7 +196,60 @@ impl JobAdmin {
             last,
             orphaned,
             last_success,
+            unrecovered_failure,
         })
+    }
+
+    /// The ensemble's time now, in milliseconds since the Unix epoch: the `mtime` of a write to
+    /// the job's `clock` node (`<job>/clock`, empty data, created with this handle's ACL
+    /// ([`with_acl`](Self::with_acl)) on the first probe). The quorum leader's wall clock
+    /// stamped the write somewhere between the request and its answer, whatever this host's
+    /// own clock says: measure ages of the records' times (`started_ms`, `ended_ms`, the
+    /// ensemble's) against it, not against this host's clock, which may be skewed or stepped.
+    ///
+    /// The probe writes nothing a participant reads: the leader neither watches `clock` nor
+    /// guards its version, and `state` and `control` are left alone, so a probe wakes no leader
+    /// and loses no compare-and-set of theirs. It is not fenced (it decides nothing), and it
+    /// never creates the job's own node.
+    ///
+    /// Only a write can read the ensemble's clock: an identity that may read the job but not
+    /// write under it (create `clock`, or set it) gets [`Error::Zookeeper`] with `NoAuth`, and
+    /// should fall back to its own clock and say so (`zkr cron status` does).
+    ///
+    /// # Errors
+    /// Connection and ZooKeeper errors: `NoNode` when the job's node does not exist, `NoAuth`
+    /// when the job's ACL (or the `clock` node's) refuses the write.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped before the answer, the write may or may not have landed (a `clock`
+    /// node created with no reply is simply set by the next probe); it changes nothing but the
+    /// `clock` node's data version and `mtime`.
+    pub async fn ensemble_now(&self) -> Result<i64> {
+        let client = self.session.client()?;
+        let clock = path::join(&self.path, CLOCK_NODE);
+        // Set first: the node exists after the first probe. A probe racing to create it finds
+        // it created and sets it (twice at most).
+        for _ in 0..2 {
+            match client.set_data(&clock, &[], None).await {
+                Ok(stat) => {
+                    debug!(path = %self.path, mtime_ms = stat.mtime, "read the ensemble's clock");
+                    return Ok(stat.mtime);
+                }
+                Err(zookeeper_client::Error::NoNode) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let mode = CreateMode::Persistent.with_acls(self.acl.as_acls());
+            match client.create(&clock, &[], &mode).await {
+                Ok((stat, _)) => {
+                    debug!(path = %self.path, mtime_ms = stat.mtime, "created the job's clock node");
+                    return Ok(stat.mtime);
+                }
+                Err(zookeeper_client::Error::NodeExists) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Created and deleted by others twice in a row: not a job this handle can probe.
+        Err(Error::Zookeeper(zookeeper_client::Error::NoNode))
     }
 
     /// Asks the leader to run the job now, as an extra slot `trigger-N` (also while paused: an

@@ -101,7 +101,8 @@ pub struct SlotRecord {
     /// Why it was skipped, missed, failed without running, parked or pending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The job's error message, when it failed.
+    /// The job's error message, when it failed, cut at [`MAX_ATTEMPT_ERROR`] bytes (at a
+    /// character boundary, ending in `…` when cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The slots a missed record stands for.
@@ -337,6 +338,13 @@ impl SlotRecord {
         }
     }
 
+    /// Records the job's error of the last attempt, cut at [`MAX_ATTEMPT_ERROR`] bytes as an
+    /// attempt's is: a command that fails with megabytes of output must not push the record
+    /// past ZooKeeper's limit on a node (`jute.maxbuffer`), which would make the end unwritable.
+    pub(crate) fn set_error(&mut self, error: Option<&str>) {
+        self.error = error.map(|e| cut(e, MAX_ATTEMPT_ERROR));
+    }
+
     /// Keeps the first attempt and the newest ones, at most [`MAX_ATTEMPT_RECORDS`].
     fn bound_attempts(&mut self) {
         while self.attempts.len() > MAX_ATTEMPT_RECORDS {
@@ -557,6 +565,20 @@ mod tests {
             "{}",
             r.to_bytes().len()
         );
+    }
+
+    #[test]
+    fn the_records_own_error_is_cut_as_an_attempts_error_is() {
+        let mut r = SlotRecord::not_run("k", 1, SlotState::Running, "", 0);
+        let long = "é".repeat(10_000);
+        r.set_error(Some(&long));
+        let kept = r.error.clone().unwrap_or_default();
+        assert!(kept.len() <= MAX_ATTEMPT_ERROR, "{} bytes", kept.len());
+        assert!(kept.ends_with('…') && long.starts_with(kept.trim_end_matches('…')));
+        r.set_error(Some("exit 5"));
+        assert_eq!(r.error.as_deref(), Some("exit 5"));
+        r.set_error(None);
+        assert_eq!(r.error, None);
     }
 
     #[test]

@@ -233,6 +233,7 @@ impl<'a> TermRun<'a> {
                 crate::metrics::job_slots_not_run(path, id, reason, *count);
             }
             JobEvent::ClockSkew { .. } => crate::metrics::job_clock_skew_term(path, id),
+            JobEvent::SlotRetrying { .. } => crate::metrics::job_slot_retrying(path, id),
             _ => {}
         }
     }

@@ -92,6 +92,11 @@ impl SessionBuilder {
     }
 
     /// Authenticates with ZooKeeper's `digest` scheme as `user:password`.
+    ///
+    /// Checked when the session is built (before anything connects): an empty user, a user
+    /// holding `:`, or an empty password is [`Error::InvalidArgument`] (`digest user`, `digest
+    /// password`; the message never holds the password). ZooKeeper itself would accept an
+    /// empty password, and every client configured without one would share one identity.
     pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.digest = Some(Digest {
             user: user.into(),
@@ -206,6 +211,12 @@ impl SessionBuilder {
             return Err(Error::InvalidArgument {
                 what: "digest user",
                 reason: "must be non-empty and must not contain ':'".into(),
+            });
+        }
+        if self.digest.as_ref().is_some_and(|d| d.password.is_empty()) {
+            return Err(Error::InvalidArgument {
+                what: "digest password",
+                reason: "must be non-empty".into(),
             });
         }
         if self.server_tick_time.is_some_and(|t| t.is_zero()) {
@@ -390,6 +401,25 @@ mod tests {
         ));
         let ok = Session::builder("a:1").chroot("/app").validate().unwrap();
         assert_eq!(ok.chroot.as_deref(), Some("/app"));
+    }
+
+    #[test]
+    fn a_digest_with_an_empty_user_or_password_is_refused_at_build() {
+        let refused = |user: &str, password: &str| match Session::builder("a:1")
+            .digest_auth(user, password)
+            .validate()
+        {
+            Err(Error::InvalidArgument { what, reason }) => {
+                assert!(!reason.contains("s3cret"), "{reason} echoes the password");
+                Some(what)
+            }
+            Err(e) => panic!("digest {user:?}: {e}"),
+            Ok(_) => None,
+        };
+        assert_eq!(refused("", "s3cret"), Some("digest user"));
+        assert_eq!(refused("app", ""), Some("digest password"));
+        assert_eq!(refused("", ""), Some("digest user"));
+        assert_eq!(refused("app", "s3cret"), None);
     }
 
     #[test]

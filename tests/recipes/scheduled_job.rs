@@ -1854,8 +1854,8 @@ async fn drain_lets_the_running_slot_finish_and_a_drain_that_runs_out_cuts_it_of
 }
 
 /// The job's metrics (feature `metrics`), through a real Prometheus recorder: slots started,
-/// ends by outcome, slots not run by reason, run durations, the running gauge, the time of the
-/// last success.
+/// ends by outcome, slots not run by reason, retries on failure, run durations, the running
+/// gauge, the time of the last success.
 #[tokio::test]
 async fn metrics_count_slots_by_outcome_and_reason() {
     if !zookeeper() {
@@ -1872,10 +1872,11 @@ async fn metrics_count_slots_by_outcome_and_reason() {
     let s = session(server.connect_string(), Duration::from_secs(10)).await;
     let path = testing::unique_path("cron-metrics");
     let before_ms = chrono_now_ms();
-    // Scheduled slots succeed, triggers fail.
+    // Scheduled slots succeed, triggers fail (and are retried once).
     let job = ScheduledJob::builder(&s, &path)
         .every(Duration::from_millis(200))
         .id("m")
+        .retries(1, Duration::from_millis(50))
         .start(|run: SlotRun| async move {
             if run.is_triggered() {
                 Err(std::io::Error::other("triggers fail here"))
@@ -1948,6 +1949,7 @@ async fn metrics_count_slots_by_outcome_and_reason() {
         &[("outcome", "succeeded")],
     )
     .unwrap_or(0.0);
+    let retries = value("zookeeper_recipes_job_slot_retries_total", &[]).unwrap_or(0.0);
     let running = value("zookeeper_recipes_job_running", &[]);
     let offset = value("zookeeper_recipes_job_clock_offset_seconds", &[]);
     let last_success =
@@ -1957,6 +1959,10 @@ async fn metrics_count_slots_by_outcome_and_reason() {
     assert!(ok >= 2.0 && failed == 1.0, "ends by outcome:\n{context}");
     assert!(started >= ok + failed, "starts:\n{context}");
     assert!(paused >= 1.0, "slots not run while paused:\n{context}");
+    assert_eq!(
+        retries, 1.0,
+        "the trigger's one retry on failure:\n{context}"
+    );
     assert!(timed >= 2.0, "run durations:\n{context}");
     assert_eq!(running, Some(0.0), "nothing runs after close:\n{context}");
     assert!(
@@ -2668,4 +2674,84 @@ async fn a_drain_during_the_backoff_leaves_the_retry_to_the_next_leader() {
         "the drain took {:.0} ms during a 60 s backoff",
         drained.as_secs_f64() * 1e3
     );
+}
+
+#[tokio::test]
+async fn ensemble_now_writes_only_the_clock_node_and_leaves_state_and_control_alone() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let zk = s.client().unwrap();
+    let path = testing::unique_path("cron-ensemble-now");
+    // No job node: the probe fails with NoNode and creates nothing.
+    let missing = JobAdmin::new(&s, &path).unwrap();
+    assert!(
+        matches!(
+            missing.ensemble_now().await,
+            Err(Error::Zookeeper(zookeeper_client::Error::NoNode))
+        ),
+        "a probe of a job that does not exist"
+    );
+    assert_eq!(
+        zk.check_stat(&path).await.unwrap(),
+        None,
+        "the probe created the job"
+    );
+
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("r")
+        .start(recorder("r", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    let admin = job.admin();
+    admin.trigger().await.unwrap();
+    within(BOUND, "trigger-1 did not finish", async {
+        loop {
+            if let Ok(JobEvent::SlotFinished { slot, .. }) = events.recv().await
+                && slot == "trigger-1"
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    let version = |node: &'static str| {
+        let zk = zk.clone();
+        let node = format!("{path}/{node}");
+        async move {
+            zk.check_stat(&node)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("{node} does not exist"))
+                .version
+        }
+    };
+    let (state, control) = (version("state").await, version("control").await);
+    let mut last = i64::MIN;
+    for probe in 0..5 {
+        let before = chrono_now_ms();
+        let now = admin.ensemble_now().await.unwrap();
+        let after = chrono_now_ms();
+        // The server runs on this host: its clock is the test's.
+        assert!(
+            before - 1_000 <= now && now <= after + 1_000,
+            "probe {probe}: the ensemble's time {now} is not within [{before}, {after}]"
+        );
+        assert!(now >= last, "probe {probe}: the ensemble's time went back");
+        last = now;
+    }
+    assert_eq!(version("state").await, state, "a probe wrote state");
+    assert_eq!(version("control").await, control, "a probe wrote control");
+    assert_eq!(
+        version("clock").await,
+        4,
+        "five probes: a create and four sets"
+    );
+    assert_eq!(runs.count(), 1, "the probes made the leader run something");
+    job.close().await.unwrap();
 }

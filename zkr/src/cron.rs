@@ -838,10 +838,8 @@ fn check_status(
     if status.leader.is_none() {
         problems.push(("no_leader", CHECK_NO_LEADER));
     }
-    let failed = status
-        .last
-        .as_ref()
-        .is_some_and(|r| r.state == SlotState::Failed);
+    // A failed slot with no later success, even if slots were skipped or missed after it.
+    let failed = status.unrecovered_failure.is_some();
     let parked = status.open.iter().any(|r| r.state == SlotState::Parked);
     if failed {
         problems.push(("failed", CHECK_FAILED));
@@ -887,12 +885,25 @@ async fn cron_admin_on(session: &Session, conn: &Conn, command: CronCommand) -> 
             check,
             max_age,
         } => {
-            let status = admin(&path)?.status().await.map_err(|e| {
+            let admin = admin(&path)?;
+            let status = admin.status().await.map_err(|e| {
                 crate::auth::fail(format_args!("cannot read the status of {path}"), &e)
             })?;
             let participants = job_participants(session, &path).await?;
-            let now_ms = i64::try_from(output::now_ms()).unwrap_or(i64::MAX);
-            let mut status_line = output::StatusLine::new(&status, now_ms);
+            // Ages are measured on the ensemble's clock (the records' times are the
+            // ensemble's), read after the records so that an age is never understated.
+            let (now_ms, clock, warning) = match admin.ensemble_now().await {
+                Ok(now_ms) => (now_ms, output::Clock::Ensemble, None),
+                Err(e) => {
+                    tracing::warn!(path = %path, error = %e, "cannot read the ensemble's clock; ages are by this host's clock");
+                    let local = i64::try_from(output::now_ms()).unwrap_or(i64::MAX);
+                    let warning = format!(
+                        "warning: cannot read the ensemble's clock (writing {path}/clock: {e}): ages are measured on this host's clock (\"clock\":\"local\"), which may be skewed; give this identity write access to the job"
+                    );
+                    (local, output::Clock::Local, Some(warning))
+                }
+            };
+            let mut status_line = output::StatusLine::new(&status, now_ms, clock);
             // Without --check, status exits 0 whatever it finds, as before.
             let mut code = 0;
             if check {
@@ -906,7 +917,9 @@ async fn cron_admin_on(session: &Session, conn: &Conn, command: CronCommand) -> 
                     participants.iter().map(Into::into).collect();
                 fields.insert("participants".to_owned(), serde_json::to_value(&list)?);
             }
-            Ok(Said::out(serde_json::to_string(&line)?).exit(code))
+            Ok(Said::out(serde_json::to_string(&line)?)
+                .exit(code)
+                .warn(warning))
         }
         CronCommand::Participants { path } => {
             let participants = job_participants(session, &path).await?;

@@ -49,11 +49,25 @@ pub(crate) struct StatusLine<'a> {
     /// The keys of the open slots recorded `running` whose runner's term is gone.
     orphaned: &'a [String],
     /// The newest success the history holds: its slot, when it ended (the ensemble's clock,
-    /// from the record) and how long ago (by this host's clock).
+    /// from the record) and how long ago (by `clock`: the ensemble's unless this identity
+    /// cannot write the job's `clock` node).
     last_success: Option<LastSuccess<'a>>,
     /// With `--check`: what was found.
     #[serde(skip_serializing_if = "Option::is_none")]
     check: Option<CheckLine>,
+    /// The clock the ages are measured on.
+    clock: Clock,
+    /// Its time when the status was read (milliseconds since the Unix epoch).
+    now_ms: i64,
+}
+
+/// The clock `zkr cron status` measures ages on: the ensemble's (the `mtime` of a write to the
+/// job's `clock` node), or, when this identity cannot write there, this host's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Clock {
+    Ensemble,
+    Local,
 }
 
 /// An open slot of `zkr cron status`: the record, flagged when its runner is gone.
@@ -83,8 +97,8 @@ pub(crate) struct CheckLine {
 }
 
 impl<'a> StatusLine<'a> {
-    /// The status at this host's time `now_ms` (for the age of the last success).
-    pub(crate) fn new(s: &'a JobStatus, now_ms: i64) -> Self {
+    /// The status at time `now_ms` of `clock` (for the age of the last success).
+    pub(crate) fn new(s: &'a JobStatus, now_ms: i64, clock: Clock) -> Self {
         StatusLine {
             path: &s.path,
             schedule: s.schedule.as_deref(),
@@ -108,6 +122,8 @@ impl<'a> StatusLine<'a> {
                 age_ms: r.ended_ms.map(|e| now_ms.saturating_sub(e)),
             }),
             check: None,
+            clock,
+            now_ms,
         }
     }
 

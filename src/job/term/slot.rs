@@ -373,7 +373,7 @@ impl TermRun<'_> {
             });
             record.failures = failures;
             record.exit_code = exit_code;
-            record.error = error.clone();
+            record.set_error(error.as_deref());
             if retry {
                 record.state = SlotState::Pending;
                 record.reason = Some(PendingReason::Retry.as_str().to_owned());

@@ -18,7 +18,7 @@ use zookeeper_recipes_testing as testing;
 use crate::cron_cli::zkr_output_with as zkr_output;
 
 /// Writes `text` to `dir/name` with `mode`; returns the path as a string.
-fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
+pub(crate) fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
     let file = dir.join(name);
     std::fs::write(&file, text).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -26,7 +26,7 @@ fn write_file(dir: &Path, name: &str, text: &str, mode: u32) -> String {
 }
 
 /// A fresh digest identity: (user, password).
-fn identity() -> (String, String) {
+pub(crate) fn identity() -> (String, String) {
     let id = uuid::Uuid::new_v4().simple().to_string();
     (format!("job-{}", &id[..8]), format!("pw-{}", &id[8..24]))
 }
@@ -46,7 +46,7 @@ async fn client_as(connect: &str, user: &str, password: &str) -> zookeeper_clien
 
 /// The parent of the test paths exists with an open ACL, so that a creator ACL given to a job
 /// never lands on a node other tests share.
-async fn open_parent(connect: &str, path: &str) {
+pub(crate) async fn open_parent(connect: &str, path: &str) {
     let parent = &path[..path.rfind('/').unwrap()];
     let zk = client(connect).await;
     match zk.mkdir(parent, &persistent()).await {
@@ -224,6 +224,7 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
         &format!("digest::{secret}"),
         0o600,
     );
+    let no_password = write_file(dir.path(), "nopw.auth", "digest:u:\n", 0o600);
     let two_lines = write_file(
         dir.path(),
         "two.auth",
@@ -235,6 +236,7 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
         (&open, "group or others may access it (mode 644)"),
         (&no_scheme, "must be `digest:USER:PASSWORD`"),
         (&no_user, "the user is empty"),
+        (&no_password, "the password is empty"),
         (&two_lines, "several lines"),
         (&missing, "cannot read it"),
     ] {
@@ -245,6 +247,24 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
             err.contains(&format!("--auth-file {file}")) && err.contains(says),
             "zkr {args:?} should name the file and say {says:?}: {err}"
         );
+        assert!(
+            !err.contains(secret),
+            "the message holds the password: {err}"
+        );
+    }
+    // $ZK_AUTH with an empty user or password (the library refuses both at build too).
+    for (value, says) in [
+        (format!("digest::{secret}"), "the user is empty"),
+        ("digest:u:".to_owned(), "the password is empty"),
+    ] {
+        let (status, out, err) = zkr_output(
+            &connect,
+            Some(("ZK_AUTH", &value)),
+            &["cron", "status", "/cron/x"],
+        )
+        .await;
+        assert_eq!(status.code(), Some(2), "ZK_AUTH={value:?}: {out}\n{err}");
+        assert!(err.contains("$ZK_AUTH") && err.contains(says), "{err}");
         assert!(
             !err.contains(secret),
             "the message holds the password: {err}"

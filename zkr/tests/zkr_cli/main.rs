@@ -8,6 +8,7 @@
 
 mod auth;
 mod cli;
+mod cron_check;
 mod cron_cli;
 mod cron_ops;
 mod metrics;
