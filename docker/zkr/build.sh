@@ -91,6 +91,11 @@ case "$got" in
     "zkr no-java"*) ;;
     *) echo "zkr/build.sh: the image does not hold what it should: $got" >&2; exit 1 ;;
 esac
+# --binary may name a zkr built from another commit than HEAD, which the labels name.
+built_from=$(sed -n '2s/.*(commit \([0-9a-f]*\)).*/\1/p' <<<"$got")
+if [ -n "$built_from" ] && [ "$commit" != unknown ] && [ "${commit#"$built_from"}" = "$commit" ]; then
+    echo "zkr/build.sh: warning: the binary was built from commit $built_from, the labels name HEAD ${commit:0:12}" >&2
+fi
 size=$(docker image inspect -f '{{.Size}}' "$image")
 echo "built $image and $repo:$version (zkr $full_version, commit ${commit:0:12}) in $(elapsed) s: image size $((size / 1000000)) MB ($size bytes), $(sed -n 2p <<<"$got")"
 echo "$repo:$version"
