@@ -70,7 +70,7 @@ install -d -o zkr -g zkr -m 0755 /var/lib/zkr
 dpkg -i /deb/zkr.deb >/tmp/dpkg.log 2>&1 || { cat /tmp/dpkg.log; exit 1; }
 rm -rf /tmp/* /var/log/* /var/cache/debconf/*-old'
 mkdir "$work/deb" && mv "$deb" "$work/deb/zkr.deb"
-container=$(docker create -v "$work/deb:/deb:ro" --entrypoint /bin/sh "$base" -c "$script")
+container=$(docker create --network none -v "$work/deb:/deb:ro" --entrypoint /bin/sh "$base" -c "$script")
 docker start -a "$container" || { echo "zkr/build.sh: installing $deb FROM $base failed" >&2; exit 1; }
 docker commit \
     --change "LABEL org.opencontainers.image.title=zkr" \

@@ -81,7 +81,9 @@ for jar in /usr/share/java/*; do
 done
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old /var/log/* /tmp/* /var/tmp/* \
     /usr/lib/x86_64-linux-gnu/gconv'
-container=$(docker create -v "$cache:/var/cache/apt/archives" -v "$here:/build:ro" \
+# The host's network: the mirror is reached as debootstrap reached it (a mirror or proxy on the
+# host's loopback too).
+container=$(docker create --network host -v "$cache:/var/cache/apt/archives" -v "$here:/build:ro" \
     --entrypoint /bin/sh "$base" -c "$script" sh "$keep" "${packages[@]}")
 trap 'docker rm -f "$container" >/dev/null 2>&1 || true' EXIT
 docker start -a "$container" || { echo "build.sh: installing ${packages[*]} FROM $base failed" >&2; exit 1; }
