@@ -6,14 +6,20 @@
 //! The world: one quorum leader `L` that holds the store and expires sessions, one follower `F`
 //! that can be cut off from it (it then keeps answering reads from a stale copy and the client's
 //! pings, but cannot answer a `sync` or a write), clients that connect to either server, lose a
-//! create's reply, reconnect, get frozen, and see time pass in ticks. See `README.md` for what is
-//! and is not modelled, and for every rule that can be switched off ([`Rule`]).
+//! create's reply, reconnect, get frozen, and see time pass in ticks. With [`Config::slots`] > 0
+//! the election's leader also runs the scheduled job (`recipes/scheduled-job.md`): its slot
+//! records, cursor, claims, ends, retries and cut-off slots, every write a fenced `multi`. See
+//! `README.md` for what is and is not modelled, and for every rule that can be switched off
+//! ([`Rule`]).
 
 use std::fmt::Write as _;
 
 use stateright::{Model, Property};
 
+mod job;
 pub mod trace;
+
+pub use job::{Job, MAX_ATTEMPTS, MAX_SLOTS, RETRIES, Record, Run, SlotState, due};
 
 /// The session timeout, in ticks. A lease proven by a touch sent at `s` lasts until `s + TIMEOUT`
 /// (a term is valid while `now < deadline`); the quorum leader expires a session once
@@ -62,11 +68,36 @@ pub enum Rule {
     /// which "the successor starts once the quorum expires the session" rests). Mutated: they
     /// stay.
     ExpireDeletesEphemerals,
+    /// The job: every leader write is a multi whose first operation checks that the leader's
+    /// own election node still exists ("Every write and its guard"). Mutated: the check is
+    /// left out (the fence's own check of the term, before sending, stays).
+    JobWriteChecksLeaderNode,
+    /// The job's claim creates the record `running` and moves the cursor in one multi.
+    /// Mutated: the cursor is not moved.
+    ClaimMovesCursor,
+    /// The job's end of a run is set with the version its claim produced. Mutated: with no
+    /// version.
+    EndChecksClaimVersion,
+    /// Retries on failure: a failover during the backoff leaves the record `pending`, and the
+    /// next leader runs the retry with its own, higher token. Mutated: with the token recorded.
+    RetryInNewTermTakesItsToken,
+    /// On crash, `Retry`: a cut-off slot is run again with this term's token. Mutated: with the
+    /// token recorded.
+    CutOffRetryTakesTermToken,
+    /// A slot found `running` with the term's own token (a claim whose reply was lost) gives
+    /// the term up. Mutated: it is retried in the same term, with the same token.
+    SlotRunningWithOwnTokenEndsTerm,
+    /// A new term takes up every `running` record as cut off (Recover), before new claims.
+    /// Mutated: a `running` record is left alone, as if someone ran it.
+    NewTermTakesUpCutOffSlots,
+    /// A run is aborted when its term ends, at the latest at the term's lease. Mutated: it goes
+    /// on.
+    RunStopsAtLease,
 }
 
 impl Rule {
     /// Every rule, in the order `--list-mutations` prints them.
-    pub const ALL: [Rule; 11] = [
+    pub const ALL: [Rule; 19] = [
         Rule::LeaseNeedsLaterSync,
         Rule::LeaseAdvancesToEarlierTouch,
         Rule::TermStartsOnProvenLease,
@@ -78,6 +109,14 @@ impl Rule {
         Rule::ProtectedCreateAdoptsOwnNode,
         Rule::NoClaimFromNodeOfEarlierSession,
         Rule::ExpireDeletesEphemerals,
+        Rule::JobWriteChecksLeaderNode,
+        Rule::ClaimMovesCursor,
+        Rule::EndChecksClaimVersion,
+        Rule::RetryInNewTermTakesItsToken,
+        Rule::CutOffRetryTakesTermToken,
+        Rule::SlotRunningWithOwnTokenEndsTerm,
+        Rule::NewTermTakesUpCutOffSlots,
+        Rule::RunStopsAtLease,
     ];
 
     /// The rule's kebab-case name.
@@ -94,12 +133,35 @@ impl Rule {
             Rule::ProtectedCreateAdoptsOwnNode => "protected-create-adopts-own-node",
             Rule::NoClaimFromNodeOfEarlierSession => "no-claim-from-node-of-earlier-session",
             Rule::ExpireDeletesEphemerals => "expire-deletes-ephemerals",
+            Rule::JobWriteChecksLeaderNode => "job-write-checks-leader-node",
+            Rule::ClaimMovesCursor => "claim-moves-cursor",
+            Rule::EndChecksClaimVersion => "end-checks-claim-version",
+            Rule::RetryInNewTermTakesItsToken => "retry-in-new-term-takes-its-token",
+            Rule::CutOffRetryTakesTermToken => "cut-off-retry-takes-term-token",
+            Rule::SlotRunningWithOwnTokenEndsTerm => "slot-running-with-own-token-ends-term",
+            Rule::NewTermTakesUpCutOffSlots => "new-term-takes-up-cut-off-slots",
+            Rule::RunStopsAtLease => "run-stops-at-lease",
         }
     }
 
     /// The rule named `name`, if any.
     pub fn from_name(name: &str) -> Option<Rule> {
         Rule::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// A rule of the scheduled job: its mutation is checked in the job's configuration.
+    pub fn is_job(self) -> bool {
+        matches!(
+            self,
+            Rule::JobWriteChecksLeaderNode
+                | Rule::ClaimMovesCursor
+                | Rule::EndChecksClaimVersion
+                | Rule::RetryInNewTermTakesItsToken
+                | Rule::CutOffRetryTakesTermToken
+                | Rule::SlotRunningWithOwnTokenEndsTerm
+                | Rule::NewTermTakesUpCutOffSlots
+                | Rule::RunStopsAtLease
+        )
     }
 
     /// The number of clients the smallest configuration that can show this rule's mutation
@@ -177,6 +239,9 @@ pub enum Phase {
     },
     /// Holds a term on its node; the token is the node's sequence.
     Leading,
+    /// The job's leader (a selector) whose term ended: it deletes its node once it reaches
+    /// the quorum leader, and queues again with a new one.
+    Relinquish,
 }
 
 /// One client: its connection, its contender, its lease.
@@ -229,6 +294,30 @@ pub struct State {
     /// The sequences deleted so far, in zxid order (kept only with
     /// [`Config::late_own_event`]).
     pub deleted: Vec<u8>,
+    /// The job's loop per client (empty without the job).
+    pub jobs: Vec<Job>,
+    /// `state`'s cursor at `L`: slots below it were taken up.
+    pub job_cursor: u8,
+    /// `state`'s version at `L`.
+    pub job_sver: u8,
+    /// `slots/<key>` at `L`.
+    pub records: [Record; MAX_SLOTS],
+    /// Ghost: terms begun so far (the newest term's number).
+    pub terms: u8,
+    /// Ghost: how many times each slot was recorded `succeeded`.
+    pub succeeded: [u8; MAX_SLOTS],
+    /// Ghost: each slot has had an attempt.
+    pub attempted: [bool; MAX_SLOTS],
+    /// Ghost: each slot's last attempt: its token, its term, and whether its end is still
+    /// unrecorded.
+    pub last_attempt: [(u8, u8, bool); MAX_SLOTS],
+    /// Ghost: an attempt began with a token below the previous attempt's, or not above it
+    /// when it was another term's or its end was never recorded.
+    pub attempt_token_fell: bool,
+    /// Ghost: a run's end was recorded by a term other than the one that claimed it.
+    pub foreign_end: bool,
+    /// Ghost: a job write landed from a term that was not the newest.
+    pub stale_write: bool,
 }
 
 /// One step of the world.
@@ -269,6 +358,23 @@ pub enum Action {
     EndTerm(u8),
     /// The leader releases (mutex release, latch close) and queues again.
     Release(u8),
+    /// The job's leader whose term ended deletes its node (the selector's relinquish).
+    Relinquish(u8),
+    /// The job's Load: read `state` and the records, then sample (set `state` onto itself).
+    JobLoad(u8),
+    /// The job's claim of a slot (client, slot): a due slot (create the record, move the
+    /// cursor), a `pending` one (retry) or a cut-off one (retry with this term's token).
+    JobClaim(u8, u8),
+    /// A claim whose multi lands but whose reply is lost (fault).
+    JobClaimReplyLost(u8, u8),
+    /// A cut-off slot at `max_attempts` recorded `failed`.
+    JobSettle(u8, u8),
+    /// A slot found running with the term's own token: the term is given up.
+    JobGiveUp(u8),
+    /// The run ends (client, ok): `succeeded`, or `failed` / `pending` (a retry left).
+    JobEnd(u8, bool),
+    /// A settled record is pruned (deleted with its version).
+    JobPrune(u8, u8),
     /// The client hears that its session expired and opens a new one.
     SessionExpired(u8),
 }
@@ -293,6 +399,9 @@ pub struct Config {
     /// possibly after it otherwise (the contender's task may poll its watch before the client's
     /// I/O has read the event). Off by default: events sent are seen before the next step.
     pub late_own_event: bool,
+    /// Slots of the scheduled job (0: no job; at most [`MAX_SLOTS`]). With the job, the
+    /// election's leader runs it in one-term (selector) mode: a term's end relinquishes the node.
+    pub slots: u8,
 }
 
 impl Default for Config {
@@ -305,6 +414,19 @@ impl Default for Config {
             recovery: TIMEOUT,
             mutation: None,
             late_own_event: false,
+            slots: 0,
+        }
+    }
+}
+
+impl Config {
+    /// The job's default configuration: 2 clients, 2 slots, horizon 12, fault budget 1.
+    pub fn job() -> Self {
+        Config {
+            horizon: 12,
+            budget: 1,
+            slots: 2,
+            ..Config::default()
         }
     }
 }
@@ -362,7 +484,8 @@ impl ElectionModel {
                     | Action::OwnNodeGone(_)
                     | Action::EndTerm(_)
                     | Action::SessionExpired(_)
-            )
+                    | Action::Relinquish(_)
+            ) || self.job_urgent(s, a)
         })
     }
 
@@ -462,6 +585,9 @@ impl ElectionModel {
             return;
         };
         cl.phase = Phase::Leading;
+        if self.jobs_on() {
+            self.job_begin(s, c);
+        }
         if s.max_token.is_some_and(|m| token < m) {
             s.token_fell = true;
         }
@@ -513,6 +639,25 @@ impl ElectionModel {
                 s.clients[c].node.map_or(0, |n| n),
                 s.clients[c].lease
             ),
+            Phase::Relinquish => "must relinquish its node".to_string(),
+        };
+        let rec = |s: &State, i: u8| {
+            let r = s.records[i as usize];
+            match r.st {
+                SlotState::None => format!("slot {i}: no record"),
+                st => format!(
+                    "slot {i}: {st:?} (token {}, attempt {}, failures {}, version {})",
+                    r.token, r.attempt, r.failures, r.ver
+                ),
+            }
+        };
+        let term = |s: &State, c: u8| {
+            let cl = &s.clients[c as usize];
+            format!(
+                "client {c} (term #{}, token {})",
+                s.jobs[c as usize].term,
+                cl.node.map_or(0, |n| n)
+            )
         };
         let mut out = String::new();
         let Some(a) = after else {
@@ -550,7 +695,16 @@ impl ElectionModel {
                 let _ = write!(out, "t={t}: F is back in touch with L");
             }
             Action::Freeze(c) => {
-                let _ = write!(out, "t={t}: client {c} is frozen");
+                let armed = a.jobs.get(c as usize).is_some_and(|j| j.armed);
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} is frozen{}",
+                    if armed {
+                        " (its next job write has passed the fence's own check)"
+                    } else {
+                        ""
+                    }
+                );
             }
             Action::Unfreeze(c) => {
                 let _ = write!(out, "t={t}: client {c} runs again");
@@ -636,6 +790,80 @@ impl ElectionModel {
                     phase(&a, c as usize)
                 );
             }
+            Action::Relinquish(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: client {c}'s term is over: it relinquishes (deletes n{})",
+                    before.clients[c as usize].node.map_or(0, |n| n)
+                );
+            }
+            Action::JobLoad(c) => {
+                let ok = a.jobs[c as usize].loaded;
+                let _ = write!(
+                    out,
+                    "t={t}: {} loads the job{}: cursor {}, {}",
+                    term(before, c),
+                    if ok { "" } else { " (its sample is refused)" },
+                    a.job_cursor,
+                    (0..self.config.slots)
+                        .map(|i| rec(&a, i))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Action::JobClaim(c, i) | Action::JobClaimReplyLost(c, i) => {
+                let landed = a.records[i as usize] != before.records[i as usize];
+                let lost = matches!(action, Action::JobClaimReplyLost(..));
+                let _ = write!(
+                    out,
+                    "t={t}: {} claims slot {i}{}: {}; cursor {}",
+                    term(before, c),
+                    match (landed, lost) {
+                        (false, _) => " (refused: the loop reads again)",
+                        (true, true) =>
+                            " (the multi lands, its reply is lost: the loop reads again)",
+                        (true, false) => " and starts the run",
+                    },
+                    rec(&a, i),
+                    a.job_cursor
+                );
+            }
+            Action::JobSettle(c, i) => {
+                let _ = write!(
+                    out,
+                    "t={t}: {} settles cut-off {}",
+                    term(before, c),
+                    rec(&a, i)
+                );
+            }
+            Action::JobGiveUp(c) => {
+                let _ = write!(
+                    out,
+                    "t={t}: {} finds a slot running with its own token: gives the term up (deletes n{})",
+                    term(before, c),
+                    before.clients[c as usize].node.map_or(0, |n| n)
+                );
+            }
+            Action::JobEnd(c, ok) => {
+                let slot = before.jobs[c as usize].run.map_or(0, |r| r.slot);
+                let landed = a.records[slot as usize] != before.records[slot as usize];
+                let _ = write!(
+                    out,
+                    "t={t}: {}'s run of slot {slot} returns {}{}: {}",
+                    term(before, c),
+                    if ok { "Ok" } else { "an error" },
+                    if landed { "" } else { " (the end is refused)" },
+                    rec(&a, slot)
+                );
+            }
+            Action::JobPrune(c, i) => {
+                let _ = write!(
+                    out,
+                    "t={t}: {} prunes slot {i}'s record: {}",
+                    term(before, c),
+                    rec(&a, i)
+                );
+            }
         }
         out
     }
@@ -688,6 +916,21 @@ impl Model for ElectionModel {
                 token_fell: false,
                 late_fault: false,
                 deleted: Vec::new(),
+                jobs: if self.config.slots > 0 {
+                    vec![Job::default(); n]
+                } else {
+                    Vec::new()
+                },
+                job_cursor: 0,
+                job_sver: 0,
+                records: [Record::default(); MAX_SLOTS],
+                terms: 0,
+                succeeded: [0; MAX_SLOTS],
+                attempted: [false; MAX_SLOTS],
+                last_attempt: [(0, 0, false); MAX_SLOTS],
+                attempt_token_fell: false,
+                foreign_end: false,
+                stale_write: false,
             });
         }
         inits
@@ -712,6 +955,30 @@ impl Model for ElectionModel {
             Property::always("tokens rise", |_: &Self, s: &State| !s.token_fell),
             Property::always("a leader eventually", |m: &Self, s: &State| {
                 !m.liveness_due(s) || (0..s.clients.len()).any(|c| m.valid(s, c))
+            }),
+            Property::always("each slot succeeds at most once", |_: &Self, s: &State| {
+                s.succeeded.iter().all(|&n| n <= 1)
+            }),
+            Property::always(
+                "no two attempts of a slot at once",
+                |m: &Self, s: &State| {
+                    (0..m.config.slots)
+                        .all(|i| (0..s.jobs.len()).filter(|&c| m.run_live(s, c, i)).count() <= 1)
+                },
+            ),
+            Property::always("attempt tokens rise", |_: &Self, s: &State| {
+                !s.attempt_token_fell
+            }),
+            Property::always(
+                "a run's end is recorded only by the term that started it",
+                |_: &Self, s: &State| !s.foreign_end,
+            ),
+            Property::always(
+                "job writes only in the newest term",
+                |_: &Self, s: &State| !s.stale_write,
+            ),
+            Property::always("a due slot runs", |m: &Self, s: &State| {
+                !m.jobs_on() || !m.liveness_due(s) || m.job_live(s)
             }),
         ]
     }
@@ -784,12 +1051,19 @@ impl ElectionModel {
                         actions.push(Action::List(c));
                     }
                 }
+                Phase::Relinquish => {
+                    if sess.alive && reach {
+                        actions.push(Action::Relinquish(c));
+                    }
+                }
                 Phase::Leading => {
                     if cl.lease <= s.now && self.on(Rule::TermEndsAtDeadline) {
                         actions.push(Action::EndTerm(c));
                     }
-                    // A release is followed by a new create: only while a sequence is left.
-                    if sess.alive && reach && s.next_seq < self.config.max_nodes {
+                    // A release is followed by a new create: only while a sequence is left. The
+                    // job's leader (a selector) does not release of its own accord.
+                    if sess.alive && reach && s.next_seq < self.config.max_nodes && !self.jobs_on()
+                    {
                         actions.push(Action::Release(c));
                     }
                 }
@@ -800,11 +1074,23 @@ impl ElectionModel {
                     actions.push(Action::OwnNodeGone(c));
                 }
             }
+            if self.jobs_on() {
+                self.job_actions(s, i, actions);
+            }
         }
     }
 
-    /// The state after `action`.
+    /// The state after `action`, with the job's loop of an ended term reset.
     fn step(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = self.step_core(last, action)?;
+        if self.jobs_on() {
+            self.job_after(&mut s);
+        }
+        Some(s)
+    }
+
+    /// The state after `action`.
+    fn step_core(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         let now = s.now;
         let late = now + self.config.recovery > self.config.horizon;
@@ -823,6 +1109,11 @@ impl ElectionModel {
                 s.late_fault |= late;
             }
             Action::Freeze(c) => {
+                if self.jobs_on() && self.valid(&s, c as usize) {
+                    // Frozen right after the fence's own check of the term passed.
+                    let j = &mut s.jobs[c as usize];
+                    j.armed = j.loaded;
+                }
                 s.clients[c as usize].frozen = true;
                 s.budget -= 1;
                 s.late_fault |= late;
@@ -852,8 +1143,11 @@ impl ElectionModel {
                 // heartbeat that a later `sync` proves.
                 s.sessions[c].last_touch = now;
                 cl.unproven = Some(now);
-                // Standard policy: a suspension ends the term; the contender lists again.
-                if matches!(cl.phase, Phase::Leading | Phase::First) {
+                // Standard policy: a suspension ends the term; the contender lists again (the
+                // job's selector relinquishes its node).
+                if self.config.slots > 0 && cl.phase == Phase::Leading {
+                    cl.phase = Phase::Relinquish;
+                } else if matches!(cl.phase, Phase::Leading | Phase::First) {
                     cl.phase = Phase::List;
                 }
             }
@@ -978,8 +1272,28 @@ impl ElectionModel {
                 cl.phase = Phase::Idle;
             }
             Action::EndTerm(c) => {
-                s.clients[c as usize].phase = Phase::First;
+                s.clients[c as usize].phase = if self.jobs_on() {
+                    Phase::Relinquish
+                } else {
+                    Phase::First
+                };
             }
+            Action::Relinquish(c) => {
+                let c = c as usize;
+                Self::touch(&mut s, c);
+                if let Some(n) = s.clients[c].node {
+                    self.delete(&mut s, n);
+                }
+                s.clients[c].node = None;
+                s.clients[c].phase = Phase::Idle;
+            }
+            Action::JobLoad(_)
+            | Action::JobClaim(..)
+            | Action::JobClaimReplyLost(..)
+            | Action::JobSettle(..)
+            | Action::JobGiveUp(_)
+            | Action::JobEnd(..)
+            | Action::JobPrune(..) => self.job_step(&mut s, action),
             Action::Release(c) => {
                 let c = c as usize;
                 Self::touch(&mut s, c);

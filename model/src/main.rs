@@ -2,14 +2,19 @@
 //!
 //! ```text
 //! check [--mutate RULE] [--max-depth D] [--clients N] [--horizon H] [--budget B]
-//!       [--late-own-event]
+//!       [--late-own-event] [--slots S]
 //! check --list-mutations
 //! replay FILE
 //! ```
 //!
 //! `check` prints `states: N`, `depth: D`, `violations: K` and, for each violation, the
 //! property's name and the counterexample's steps; it exits 0 when K = 0, 1 otherwise, 2 on a
-//! usage error.
+//! usage error. Without `--mutate` and without a configuration flag it checks the default
+//! configurations one after another (the election's, the scheduled job's, the job's with 3
+//! clients) and the three
+//! lines carry the totals: the states summed, the greatest depth, the violations summed; each
+//! configuration's figures go to stderr. A job rule's mutation, or `--slots S` (S > 0), checks
+//! the job's configuration ([`Config::job`]) with the flags given.
 //!
 //! `replay` validates one recorded trial history (format 1, see `trace`) against the model's
 //! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
@@ -21,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use zookeeper_recipes_model::trace::{Trace, check_order, replay};
-use zookeeper_recipes_model::{Config, Rule, check};
+use zookeeper_recipes_model::{Config, MAX_SLOTS, Rule, check};
 
 /// The default depth bound: deep enough for the unmutated model to run to the horizon in every
 /// state the bound leaves, and for every mutation's counterexample.
@@ -31,7 +36,8 @@ fn usage(msg: &str) -> ExitCode {
     eprintln!("error: {msg}");
     eprintln!(
         "usage: zookeeper-recipes-model check [--mutate RULE] [--max-depth D] [--clients N] \
-         [--horizon H] [--budget B] [--late-own-event] | check --list-mutations | replay FILE"
+         [--horizon H] [--budget B] [--late-own-event] [--slots S] | check --list-mutations \
+         | replay FILE"
     );
     ExitCode::from(2)
 }
@@ -52,8 +58,12 @@ fn main() -> ExitCode {
         Some(other) => return usage(&format!("unknown command {other:?}")),
         None => return usage("no command"),
     }
-    let mut config = Config::default();
+    let mut mutation = None;
     let mut clients = None;
+    let mut horizon = None;
+    let mut budget = None;
+    let mut slots = None;
+    let mut late_own_event = false;
     let mut depth = DEFAULT_MAX_DEPTH;
     let mut list = false;
     while let Some(flag) = args.next() {
@@ -66,7 +76,7 @@ fn main() -> ExitCode {
                 None => Err("--mutate needs a rule name (see --list-mutations)".to_string()),
                 Some(name) => match Rule::from_name(&name) {
                     Some(rule) => {
-                        config.mutation = Some(rule);
+                        mutation = Some(rule);
                         Ok(())
                     }
                     None => Err(format!(
@@ -76,10 +86,11 @@ fn main() -> ExitCode {
             },
             "--max-depth" => number("--max-depth", args.next()).map(|d| depth = d),
             "--clients" => number("--clients", args.next()).map(|n| clients = Some(n)),
-            "--horizon" => number("--horizon", args.next()).map(|h| config.horizon = h),
-            "--budget" => number("--budget", args.next()).map(|b| config.budget = b),
+            "--horizon" => number("--horizon", args.next()).map(|h| horizon = Some(h)),
+            "--budget" => number("--budget", args.next()).map(|b| budget = Some(b)),
+            "--slots" => number("--slots", args.next()).map(|n| slots = Some(n)),
             "--late-own-event" => {
-                config.late_own_event = true;
+                late_own_event = true;
                 Ok(())
             }
             other => Err(format!("unknown flag {other:?}")),
@@ -94,36 +105,97 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    config.clients = clients.unwrap_or_else(|| config.mutation.map_or(2, Rule::clients_needed));
-    if !(1..=4).contains(&config.clients) {
-        return usage("--clients must be 1 to 4");
-    }
     if depth == 0 {
         return usage("--max-depth must be at least 1");
     }
-    eprintln!(
-        "config: clients {}, horizon {} ticks, timeout {} ticks, fault budget {}, mutation {}, \
-         late own-node event {}",
-        config.clients,
-        config.horizon,
-        zookeeper_recipes_model::TIMEOUT,
-        config.budget,
-        config.mutation.map_or("none", Rule::name),
-        config.late_own_event
-    );
-    let started = Instant::now();
-    let report = check(config, depth);
-    println!("states: {}", report.states);
-    println!("depth: {}", report.depth);
-    println!("violations: {}", report.violations.len());
-    for v in &report.violations {
+    if slots.is_some_and(|n: u8| n as usize > MAX_SLOTS) {
+        return usage(&format!("--slots must be 0 to {MAX_SLOTS}"));
+    }
+    let flagged = clients.is_some()
+        || horizon.is_some()
+        || budget.is_some()
+        || slots.is_some()
+        || late_own_event;
+    let job = slots.map_or(mutation.is_some_and(Rule::is_job), |n| n > 0);
+    if slots == Some(0) && mutation.is_some_and(Rule::is_job) {
+        return usage("a job rule's mutation needs the job (--slots 1 or 2)");
+    }
+    let build = |job: bool| {
+        let mut config = if job {
+            Config::job()
+        } else {
+            Config::default()
+        };
+        config.mutation = mutation;
+        config.clients = clients.unwrap_or_else(|| mutation.map_or(2, Rule::clients_needed));
+        if let Some(h) = horizon {
+            config.horizon = h;
+        }
+        if let Some(b) = budget {
+            config.budget = b;
+        }
+        if let Some(n) = slots {
+            config.slots = n;
+        }
+        config.late_own_event = late_own_event;
+        config
+    };
+    let configs = if mutation.is_none() && !flagged {
+        // The election's, the job's, and the job's with a third contender.
+        vec![
+            build(false),
+            build(true),
+            Config {
+                clients: 3,
+                ..build(true)
+            },
+        ]
+    } else {
+        vec![build(job)]
+    };
+    if configs.iter().any(|c| !(1..=4).contains(&c.clients)) {
+        return usage("--clients must be 1 to 4");
+    }
+    let mut states = 0;
+    let mut max_depth = 0;
+    let mut violations = Vec::new();
+    let all = Instant::now();
+    for config in configs {
+        eprintln!(
+            "config: clients {}, horizon {} ticks, timeout {} ticks, fault budget {}, mutation {}, \
+             late own-node event {}, slots {}",
+            config.clients,
+            config.horizon,
+            zookeeper_recipes_model::TIMEOUT,
+            config.budget,
+            config.mutation.map_or("none", Rule::name),
+            config.late_own_event,
+            config.slots
+        );
+        let started = Instant::now();
+        let report = check(config, depth);
+        eprintln!(
+            "  states {}, depth {}, violations {}, time {:.1} s",
+            report.states,
+            report.depth,
+            report.violations.len(),
+            started.elapsed().as_secs_f64()
+        );
+        states += report.states;
+        max_depth = max_depth.max(report.depth);
+        violations.extend(report.violations);
+    }
+    println!("states: {states}");
+    println!("depth: {max_depth}");
+    println!("violations: {}", violations.len());
+    for v in &violations {
         println!("{}", v.property);
         for (i, step) in v.steps.iter().enumerate() {
             println!("  {}. {}", i + 1, step);
         }
     }
-    eprintln!("time: {:.1} s", started.elapsed().as_secs_f64());
-    if report.violations.is_empty() {
+    eprintln!("time: {:.1} s", all.elapsed().as_secs_f64());
+    if violations.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
