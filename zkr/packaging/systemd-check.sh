@@ -16,7 +16,8 @@
 #                  not signalled (KillMode=mixed), finished, its end is in `zkr cron history`, and
 #                  the stop took less than TimeoutStopSec;
 #   zkr-run@demo   from /etc/zkr/run/demo.env: started, its command runs as `zkr`, stopped: the
-#                  command got zkr's SIGTERM and the stop took less than TimeoutStopSec.
+#                  command got zkr's SIGTERM and the stop took less than TimeoutStopSec; started
+#                  again, `dpkg --remove zkr` stops it (the prerm).
 # Each check prints what it measured; every wait is bounded and fails saying what it waited for.
 # The container is removed at the end, also on failure (the image is kept: it is the cache).
 #
@@ -289,10 +290,22 @@ awk -v a="$took" -v b="$timeout_stop" 'BEGIN { exit !(a < b) }' \
     || fail "after the stop: ActiveState=$state Result=$result (want inactive, success)"
 inside grep -q '^term ' /var/lib/zkr/run.out || fail "$unit's command got no SIGTERM from zkr: $(inside cat /var/lib/zkr/run.out)"
 inside sh -c '[ -z "$(ps -u zkr -o pid=)" ]' || fail "processes of user zkr left after the stops: $(inside ps -u zkr -o pid,args)"
+
+# --- The package's removal stops running instances (prerm, under a running systemd).
+inside systemctl start "$unit" || fail "systemctl start $unit (again)"
+wait_for 30 "$unit active again" sh -c "[ \"\$(docker exec $name systemctl show -p ActiveState --value $unit)\" = active ]"
+t=$EPOCHREALTIME
+inside dpkg --remove zkr >"$work/remove.log" 2>&1 || { cat "$work/remove.log" >&2; fail "dpkg --remove zkr"; }
+state=$(prop "$unit" ActiveState)
+[ "$state" = inactive ] || fail "after dpkg --remove zkr, $unit is $state (the prerm stops running instances)"
+inside sh -c '[ -z "$(ps -u zkr -o pid=)" ]' || fail "processes of user zkr left after the removal: $(inside ps -u zkr -o pid,args)"
+inside test ! -e /lib/systemd/system/zkr-run@.service || fail "the unit file is still there after the removal"
+step "dpkg --remove zkr stopped the running $unit (prerm) in $(since "$t")s"
 # What the check cost the machine's cores: the container's processes (systemd, ZooKeeper, zkr;
 # cgroup v1's cpuacct, when the host shows it) and this script's children (build-deb.sh's strip
 # and xz, docker's client).
 cid=$(docker inspect -f '{{.Id}}' "$name")
 usage=$(cat "/sys/fs/cgroup/cpuacct/docker/$cid/cpuacct.usage" 2>/dev/null || echo "")
-read -r _ _ cuser csys < <(times | tail -n1 | tr 'ms' '  ' | awk '{ print 0, 0, $1 * 60 + $2, $3 * 60 + $4 }')
+times >"$work/times"    # not in a pipeline: a subshell's `times` has no children
+read -r cuser csys < <(tail -n1 "$work/times" | tr 'ms' '  ' | awk '{ print $1 * 60 + $2, $3 * 60 + $4 }')
 step "passed; CPU: ${usage:+$(awk -v n="$usage" 'BEGIN { printf "%.1f", n / 1e9 }')s in the container, }${cuser}s user + ${csys}s system in this script's children"
