@@ -11,7 +11,8 @@
 #   --out      where the .deb goes [target/debian]
 #   --binary   package this zkr binary instead of building one
 #   --compress the .deb's compression [xz]; none for a package installed at once and thrown
-#              away (docker/zkr/build.sh: xz costs about 10 s of CPU on a debug build)
+#              away (docker/zkr/build.sh, systemd-check.sh: xz costs about 7-10 s of CPU on a
+#              debug build)
 # Environment: ZKR_DEB_MAINTAINER, the Maintainer field [zookeeper-recipes maintainers
 #              <zookeeper-recipes@example.org>: for the lead to set before publishing].
 # Prints the path of the .deb on its last line. lintian (if installed) is clean of errors; its
