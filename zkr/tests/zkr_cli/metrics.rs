@@ -342,7 +342,7 @@ async fn every_metric_and_label_the_alert_rules_use_is_in_a_replicas_scrape() {
                     continue;
                 }
                 let carried = |s: &Sample| s.labels.iter().any(|(l, _)| l == label);
-                if !of(&samples, &selector.metric).any(|s| carried(s)) {
+                if !of(&samples, &selector.metric).any(carried) {
                     missing.insert(format!("{}: {}{{{label}}}", rule.alert, selector.metric));
                     continue;
                 }
