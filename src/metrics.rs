@@ -34,6 +34,10 @@
 //! | `zookeeper_recipes_job_clock_offset_seconds` | gauge | `path`, `id` | this replica's wall clock minus the ensemble's (positive: ahead), as last measured while it led the job; alert when its absolute value nears the job's clock tolerance |
 //! | `zookeeper_recipes_job_clock_skew_terms_total` | counter | `path`, `id` | terms this replica gave up because its wall clock was off the ensemble's by more than the clock tolerance (it took up no slot in them) |
 //!
+//! A scheduled job's counters (slots started, ended by each outcome, not run by each reason,
+//! retries, clock-skew terms) are exported at 0 from the replica's start, before anything
+//! happened: an alert on `increase(...[1h]) > 0` then sees the first failure too.
+//!
 //! The names are constants in this module, so that a dashboard or a test can refer to them.
 //!
 //! This module is a leaf of the crate's module graph: its recorders take names and numbers, and
@@ -158,6 +162,32 @@ pub(crate) fn connection_state(state: &'static str, lost: bool) {
 pub(crate) fn lease_lapsed() {
     #[cfg(feature = "metrics")]
     metrics::counter!(LEASE_LAPSES).increment(1);
+}
+
+#[cfg(feature = "job")]
+/// A scheduled job's replica on `path` started: its counters are exported at 0 from now on,
+/// one per outcome in `outcomes` and per reason in `reasons`, so that the first failed,
+/// parked or missed slot is an increase a rule sees (Prometheus's `increase` over a counter
+/// that first appears at 1 is 0). A counter this process already has keeps its count.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_started(path: &str, id: &str, outcomes: &[&str], reasons: &[&str]) {
+    #[cfg(feature = "metrics")]
+    {
+        let l = labels(path, id);
+        metrics::counter!(JOB_SLOTS_STARTED, &l).increment(0);
+        metrics::counter!(JOB_SLOT_RETRIES, &l).increment(0);
+        metrics::counter!(JOB_CLOCK_SKEW_TERMS, &l).increment(0);
+        for outcome in outcomes {
+            let [(_, p), (_, i)] = l.clone();
+            let ended = [("path", p), ("id", i), ("outcome", (*outcome).to_owned())];
+            metrics::counter!(JOB_SLOTS_ENDED, &ended).increment(0);
+        }
+        for reason in reasons {
+            let [(_, p), (_, i)] = l.clone();
+            let not_run = [("path", p), ("id", i), ("reason", (*reason).to_owned())];
+            metrics::counter!(JOB_SLOTS_NOT_RUN, &not_run).increment(0);
+        }
+    }
 }
 
 #[cfg(feature = "job")]

@@ -7,11 +7,13 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use tracing::{Instrument, info_span};
 
+use super::plan::NotRunReason;
 use super::policy::Policies;
 use super::term::TermRun;
 use super::{
     AbortOnDrop, Activity, CatchUp, DEFAULT_CLOCK_TOLERANCE, Inner, MAX_HISTORY, OnCrash, Overlap,
-    Schedule, ScheduledJob, SkewHold, SlotJob, SystemClock, WallClock, requeue_between_terms,
+    Schedule, ScheduledJob, SkewHold, SlotJob, SlotState, SystemClock, WallClock,
+    requeue_between_terms,
 };
 use crate::acl::NodeAcl;
 use crate::checks;
@@ -312,6 +314,23 @@ impl PreparedJob {
     /// Cancel safe: nothing is sent before the returned job exists.
     pub async fn start<J: SlotJob>(self, job: J) -> Result<ScheduledJob> {
         let inner = Arc::new(self.inner);
+        // Every outcome a slot's end is counted by (`abandoned`: the end refused), and every
+        // reason slots are not run for, at 0 from now on.
+        crate::metrics::job_started(
+            &inner.path,
+            &inner.id,
+            &[
+                SlotState::Succeeded.as_str(),
+                SlotState::Failed.as_str(),
+                SlotState::Parked.as_str(),
+                "abandoned",
+            ],
+            &[
+                NotRunReason::Overlap.as_str(),
+                NotRunReason::Paused.as_str(),
+                NotRunReason::CatchUp.as_str(),
+            ],
+        );
         let job = Arc::new(job);
         let for_terms = Arc::clone(&inner);
         let selector = LeaderSelector::builder(&inner.session, path::join(&inner.path, "leader"))

@@ -1853,6 +1853,79 @@ async fn drain_lets_the_running_slot_finish_and_a_drain_that_runs_out_cuts_it_of
     runs.assert_serial();
 }
 
+/// The Prometheus recorder of this test binary (one per process), installed by the first test
+/// that wants it.
+fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static PROMETHEUS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    PROMETHEUS.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this test binary")
+    })
+}
+
+/// A replica exports its job's counters at 0 as soon as it starts, before any slot: one per
+/// outcome and per reason a slot is not run for. Alert rules take `increase(...) > 0`, and a
+/// counter that first appeared at 1 would have no increase: the first failure would not alert
+/// (docs/prometheus/zkr-cron.rules.yml).
+#[tokio::test]
+async fn metrics_export_every_job_counter_at_zero_from_the_start() {
+    if !zookeeper() {
+        return;
+    }
+    let prometheus = prometheus();
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-metrics-zero");
+    // No slot falls due while the test looks: nothing but the start is counted.
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .id("z")
+        .start(|_run: SlotRun| async { Ok::<(), std::io::Error>(()) })
+        .await
+        .unwrap();
+    let text = prometheus.render();
+    job.close().await.unwrap();
+    let at = |name: &str, label: Option<(&str, &str)>| {
+        let want_path = format!("path=\"{path}\"");
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&want_path))
+            .filter(|l| label.is_none_or(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+            .map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .collect::<Vec<_>>()
+    };
+    let context: Vec<&str> = text.lines().filter(|l| l.contains(&path)).collect();
+    let context = context.join("\n");
+    for outcome in ["succeeded", "failed", "parked", "abandoned"] {
+        assert_eq!(
+            at(
+                "zookeeper_recipes_job_slots_ended_total",
+                Some(("outcome", outcome))
+            ),
+            [Some(0.0)],
+            "slots ended {outcome}:\n{context}"
+        );
+    }
+    for reason in ["overlap", "paused", "catch_up"] {
+        assert_eq!(
+            at(
+                "zookeeper_recipes_job_slots_not_run_total",
+                Some(("reason", reason))
+            ),
+            [Some(0.0)],
+            "slots not run for {reason}:\n{context}"
+        );
+    }
+    for name in [
+        "zookeeper_recipes_job_slots_started_total",
+        "zookeeper_recipes_job_slot_retries_total",
+        "zookeeper_recipes_job_clock_skew_terms_total",
+    ] {
+        assert_eq!(at(name, None), [Some(0.0)], "{name}:\n{context}");
+    }
+}
+
 /// The job's metrics (feature `metrics`), through a real Prometheus recorder: slots started,
 /// ends by outcome, slots not run by reason, retries on failure, run durations, the running
 /// gauge, the time of the last success.
@@ -1861,13 +1934,7 @@ async fn metrics_count_slots_by_outcome_and_reason() {
     if !zookeeper() {
         return;
     }
-    static PROMETHEUS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
-        std::sync::OnceLock::new();
-    let prometheus = PROMETHEUS.get_or_init(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("the only recorder of this test binary")
-    });
+    let prometheus = prometheus();
     let server = shared_server().await;
     let s = session(server.connect_string(), Duration::from_secs(10)).await;
     let path = testing::unique_path("cron-metrics");

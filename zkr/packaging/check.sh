@@ -130,7 +130,8 @@ grep -q "as zkr" "$work/job.out" || fail "the job did not run as zkr: $(cat "$wo
 addr=$(sed -n 's/.*"event":"metrics_listening".*"addr":"\([^"]*\)".*/\1/p;s/.*"addr":"\([^"]*\)".*"event":"metrics_listening".*/\1/p' "$work/job.err" | head -n1)
 [ -n "$addr" ] || fail "no metrics_listening line: $(cat "$work/job.err")"
 metrics=$(curl -fsS --max-time 10 "http://$addr/metrics") || fail "GET /metrics on $addr"
-grep -q '^zookeeper_recipes_job_slots_ended_total{.*outcome="succeeded"' <<<"$metrics" \
+# At 1 or more: the job's counters are exported at 0 from the start.
+grep -qE '^zookeeper_recipes_job_slots_ended_total\{.*outcome="succeeded".*\} [1-9]' <<<"$metrics" \
     || fail "no succeeded slot in /metrics: $metrics"
 curl -fsS --max-time 10 "http://$addr/leader" >/dev/null || fail "/leader is not 200 on the leader"
 kill -TERM "$zkr_pid"

@@ -285,3 +285,367 @@ async fn metrics_scraped_through_a_failover_show_the_standby_take_over_after_a_k
     let code = b.exit(BOUND, "b after SIGTERM").await.code();
     assert!(matches!(code, Some(0 | 143)), "b exited {code:?}");
 }
+
+/// The alert rules (docs/prometheus/zkr-cron.rules.yml) against a real scrape: every metric the
+/// rules select is in the scrape of a `zkr cron run` replica that leads and has run one slot,
+/// with every label the rules match on, group by or name in an annotation, and every value the
+/// rules match `outcome` and `reason` on. So a renamed metric, label or outcome breaks this
+/// test rather than silently muting an alert; and since the counters of failed, parked and
+/// missed slots are exported at 0 from the start, the rules' `increase` sees a replica's first
+/// failure. `job` and `instance` are Prometheus's target labels; `path` and `id` values are
+/// the deployment's.
+#[tokio::test]
+async fn every_metric_and_label_the_alert_rules_use_is_in_a_replicas_scrape() {
+    if !zookeeper() {
+        return;
+    }
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/prometheus/zkr-cron.rules.yml"
+    );
+    let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let rules = alert_rules(&text);
+    assert!(
+        rules.len() >= 7,
+        "only {} alerts parsed from {file}",
+        rules.len()
+    );
+
+    let server = shared_server().await;
+    let path = testing::unique_path("cron-metrics-rules");
+    let (mut a, addr) = replica(server.connect_string(), "a", &path).await;
+    let finished = a
+        .wait_for("slot_finished", BOUND, "a finished no slot")
+        .await;
+    assert_eq!(finished.str("outcome"), "succeeded", "{}", finished.json);
+    let (status, scrape) = get(&addr, "/metrics").await;
+    assert_eq!(status, 200, "{scrape}");
+    let samples = samples(&scrape);
+
+    let target_labels = ["job", "instance"];
+    let mut missing = std::collections::BTreeSet::new();
+    for rule in &rules {
+        let selectors = selectors(&rule.expr);
+        assert!(
+            !selectors.is_empty(),
+            "{}: no metric found in its expr {:?}",
+            rule.alert,
+            rule.expr
+        );
+        for selector in &selectors {
+            if of(&samples, &selector.metric).next().is_none() {
+                missing.insert(format!("{}: metric {}", rule.alert, selector.metric));
+                continue;
+            }
+            for (label, op, value) in &selector.matchers {
+                if target_labels.contains(&label.as_str()) {
+                    continue;
+                }
+                let carried = |s: &Sample| s.labels.iter().any(|(l, _)| l == label);
+                if !of(&samples, &selector.metric).any(carried) {
+                    missing.insert(format!("{}: {}{{{label}}}", rule.alert, selector.metric));
+                    continue;
+                }
+                if matches!(label.as_str(), "path" | "id") {
+                    continue;
+                }
+                let wanted: Vec<&str> = match op.as_str() {
+                    "=" => vec![value.as_str()],
+                    "=~" => value.split('|').collect(),
+                    _ => vec![],
+                };
+                for want in wanted {
+                    if !of(&samples, &selector.metric)
+                        .any(|s| s.labels.iter().any(|(l, v)| l == label && v == want))
+                    {
+                        missing.insert(format!(
+                            "{}: {}{{{label}=\"{want}\"}}",
+                            rule.alert, selector.metric
+                        ));
+                    }
+                }
+            }
+        }
+        // Labels the result keeps (by) or an annotation names: on a metric of the rule.
+        for label in grouping_labels(&rule.expr)
+            .into_iter()
+            .chain(rule.annotation_labels.iter().cloned())
+        {
+            let carried = selectors.iter().any(|sel| {
+                samples
+                    .iter()
+                    .any(|s| s.name == sel.metric && s.labels.iter().any(|(l, _)| *l == label))
+            });
+            if !carried {
+                missing.insert(format!(
+                    "{}: label {label} on none of its metrics",
+                    rule.alert
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the alert rules use what a replica's scrape does not have:\n  {}\nscrape:\n{scrape}",
+        missing.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
+    a.signal(Signal::SIGTERM);
+    let code = a.exit(BOUND, "a after SIGTERM").await.code();
+    assert!(matches!(code, Some(0 | 143)), "a exited {code:?}");
+}
+
+/// The samples of `metric`.
+fn of<'a>(samples: &'a [Sample], metric: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
+    samples.iter().filter(move |s| s.name == metric)
+}
+
+/// An alert of a rules file: its name, its expression, the labels its annotations name.
+#[derive(Debug)]
+struct AlertRule {
+    alert: String,
+    expr: String,
+    annotation_labels: Vec<String>,
+}
+
+/// The alerts of a Prometheus rules file, read the simple way: a rule starts at `- alert:`, its
+/// `expr:` is the rest of the line or, after `|` or `>`, the lines indented deeper than it.
+fn alert_rules(text: &str) -> Vec<AlertRule> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut rules: Vec<AlertRule> = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = trimmed.strip_prefix("- alert:") {
+            rules.push(AlertRule {
+                alert: name.trim().to_owned(),
+                expr: String::new(),
+                annotation_labels: Vec::new(),
+            });
+            continue;
+        }
+        let Some(rule) = rules.last_mut() else {
+            continue;
+        };
+        if let Some(rest) = trimmed.strip_prefix("expr:") {
+            let rest = rest.trim();
+            if rest.starts_with('|') || rest.starts_with('>') {
+                let at = indent(line);
+                while let Some(next) = lines.next_if(|l| l.trim().is_empty() || indent(l) > at) {
+                    rule.expr.push_str(next.trim());
+                    rule.expr.push('\n');
+                }
+            } else {
+                rule.expr = rest.to_owned();
+            }
+            continue;
+        }
+        let mut rest = trimmed;
+        while let Some(at) = rest.find("$labels.") {
+            rest = &rest[at + "$labels.".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            rule.annotation_labels.push(rest[..end].to_owned());
+        }
+    }
+    rules
+}
+
+/// A series selector of an expression: the metric and its matchers (label, operator, value).
+#[derive(Debug)]
+struct Selector {
+    metric: String,
+    matchers: Vec<(String, String, String)>,
+}
+
+/// PromQL's words that are not metrics and may stand before something else than `(`: the
+/// keywords, and the aggregations (`sum by (path) (...)`).
+const PROMQL_WORDS: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "or",
+    "and",
+    "unless",
+    "offset",
+    "bool",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "count",
+    "group",
+    "stddev",
+    "stdvar",
+    "topk",
+    "bottomk",
+    "quantile",
+    "count_values",
+];
+
+/// The selectors of a PromQL expression: each name followed by `{...}`, and each bare name of
+/// zkr's (`zookeeper_recipes_*`, `zkr_*`). Functions and keywords are names followed by `(`.
+fn selectors(expr: &str) -> Vec<Selector> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_ascii_digit() {
+            // A number or a duration (26h, 1m): not a name.
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                i += 1;
+            }
+            continue;
+        }
+        if c == '"' {
+            i = skip_string(&chars, i);
+            continue;
+        }
+        if !(c.is_ascii_alphabetic() || c == '_' || c == ':') {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len()
+            && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+        {
+            i += 1;
+        }
+        let name: String = chars[start..i].iter().collect();
+        let mut j = i;
+        while j < chars.len() && chars[j].is_whitespace() {
+            j += 1;
+        }
+        match chars.get(j) {
+            // A grouping's label list is not a metric's name: past it.
+            Some('(') if ["by", "without", "on", "ignoring"].contains(&name.as_str()) => {
+                while i < chars.len() && chars[i] != ')' {
+                    i += 1;
+                }
+            }
+            Some('(') => {}
+            Some('{') => {
+                let (matchers, end) = matchers(&chars, j + 1);
+                found.push(Selector {
+                    metric: name,
+                    matchers,
+                });
+                i = end;
+            }
+            _ if name.starts_with("zookeeper_recipes_") || name.starts_with("zkr_") => {
+                found.push(Selector {
+                    metric: name,
+                    matchers: Vec::new(),
+                });
+            }
+            _ => assert!(
+                PROMQL_WORDS.contains(&name.as_str()),
+                "a name the test cannot tell a metric or a keyword: {name:?} in {expr:?}"
+            ),
+        }
+    }
+    found
+}
+
+/// Past the string literal that starts at `at` (a `"`).
+fn skip_string(chars: &[char], at: usize) -> usize {
+    let mut i = at + 1;
+    while i < chars.len() && chars[i] != '"' {
+        i += if chars[i] == '\\' { 2 } else { 1 };
+    }
+    i + 1
+}
+
+/// The matchers from `at` (past a `{`) to the closing `}`, and the index past it.
+fn matchers(chars: &[char], at: usize) -> (Vec<(String, String, String)>, usize) {
+    let mut found = Vec::new();
+    let mut i = at;
+    loop {
+        while i < chars.len() && (chars[i].is_whitespace() || chars[i] == ',') {
+            i += 1;
+        }
+        if i >= chars.len() || chars[i] == '}' {
+            return (found, i + 1);
+        }
+        let start = i;
+        while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+            i += 1;
+        }
+        let label: String = chars[start..i].iter().collect();
+        let start = i;
+        while i < chars.len() && matches!(chars[i], '=' | '!' | '~') {
+            i += 1;
+        }
+        let op: String = chars[start..i].iter().collect();
+        assert!(
+            !label.is_empty() && !op.is_empty() && chars.get(i) == Some(&'"'),
+            "a matcher the test cannot read at {:?}",
+            chars[at..].iter().collect::<String>()
+        );
+        let end = skip_string(chars, i);
+        let value: String = chars[i + 1..end - 1].iter().collect();
+        found.push((label, op, value));
+        i = end;
+    }
+}
+
+/// The labels named in `by (...)`, `without (...)`, `on (...)` and `ignoring (...)`.
+fn grouping_labels(expr: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for word in ["by", "without", "on", "ignoring"] {
+        let mut rest = expr;
+        while let Some(at) = rest.find(word) {
+            let before = rest[..at].chars().next_back();
+            rest = &rest[at + word.len()..];
+            let after = rest.trim_start();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                || !after.starts_with('(')
+            {
+                continue;
+            }
+            if let Some(end) = after.find(')') {
+                found.extend(
+                    after[1..end]
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_owned),
+                );
+            }
+        }
+    }
+    found
+}
+
+/// A sample of a scrape: its metric name and labels.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+}
+
+/// The samples of a Prometheus text-format scrape (comments skipped).
+fn samples(scrape: &str) -> Vec<Sample> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            let name = line[..end].to_owned();
+            let mut labels = Vec::new();
+            if line[end..].starts_with('{') {
+                let chars: Vec<char> = line[end + 1..].chars().collect();
+                let (matchers, _) = matchers(&chars, 0);
+                labels = matchers.into_iter().map(|(l, _, v)| (l, v)).collect();
+            }
+            Sample { name, labels }
+        })
+        .collect()
+}
