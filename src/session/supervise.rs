@@ -374,15 +374,18 @@ async fn serve(
     let mut timer = BootTimer::new(clock.clone());
     let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
     // When a run of heartbeats begins, the first of them can be proven a relay allowance after
-    // its answer: a proving `sync` goes out then, not on the interval's grid (the margin
-    // stands for the answer's round trip).
+    // its answer: one extra proving `sync` goes out then (the margin stands for the answer's
+    // round trip), besides the run's heartbeats on the interval's grid, which begins with the
+    // run. The grid must not wait for the extra one: the next proof after it proves only a
+    // heartbeat answered a relay allowance before, and with nothing sent in between, that
+    // would be the extra one itself, a second relay allowance later, past the lease the first
+    // proof gave on a short session (a busy connection sends no pings to fill the gap).
     let first_proof = relay + lease.margin();
-    let next_beat = tokio::time::sleep(if wanted {
-        first_proof
-    } else {
-        heartbeat_interval(timeout)
-    });
+    let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
     tokio::pin!(next_beat);
+    let early_beat = tokio::time::sleep(first_proof);
+    tokio::pin!(early_beat);
+    let mut early_armed = wanted;
     if wanted {
         let now = clock.now();
         lease.heartbeats_began(now, now + first_proof + lease.margin());
@@ -411,7 +414,19 @@ async fn serve(
                 if link == Link::Connected && heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
                     heartbeats.push(heartbeat(live));
                 }
-                next_beat.as_mut().reset(tokio::time::Instant::now() + first_proof);
+                let at = tokio::time::Instant::now();
+                next_beat.as_mut().reset(at + heartbeat_interval(lease.timeout()));
+                early_beat.as_mut().reset(at + first_proof);
+                early_armed = true;
+                continue;
+            }
+            () = &mut early_beat, if early_armed => {
+                // The run's extra heartbeat, a relay allowance after its first: it proves the
+                // first one as soon as anything can.
+                early_armed = false;
+                if wanted && heartbeats.len() < MAX_HEARTBEATS_IN_FLIGHT {
+                    heartbeats.push(heartbeat(live));
+                }
                 continue;
             }
             // Before the client's own state: the relay reports a reconnect's negotiation before

@@ -799,3 +799,59 @@ async fn election_path_deleted_under_the_latch_is_recreated_and_the_latch_leads_
     assert!(second.token() > first.token());
     latch.close().await.unwrap();
 }
+
+/// A term on a short, healthy session is renewed from the lease's first heartbeats on and
+/// lasts: at 2 s and 4 s (4 s is the least a server with ZooKeeper's default `tickTime` grants),
+/// with the tick the session assumes when none is configured (a third of the timeout), a leader
+/// on an idle connection holds its term for three session timeouts. Before, the heartbeats of a
+/// new run went out at its start and a relay allowance later, then on the interval's grid from
+/// there: the second proof could only come a second relay allowance later, past the lease the
+/// first proof gave, and every first term ended `deadline_passed` about T - 0.35 s after it
+/// began (found by zkr's systemd check: `zkr-cron@` at a 4 s session). Fault: none; time: the
+/// lease's renewals as a run of heartbeats begins.
+#[tokio::test]
+async fn a_term_on_a_short_session_is_renewed_from_the_first_heartbeats_on_and_lasts() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let hold = |timeout: Duration| async move {
+        let s = session(server.connect_string(), timeout).await;
+        let path = testing::unique_path("short-session-term");
+        let latch = LeaderLatch::builder(&s, &path)
+            .id("a")
+            .start()
+            .await
+            .unwrap();
+        let term = within(BOUND, "the first term", latch.await_leadership())
+            .await
+            .unwrap();
+        // A busy connection, as a leader's work keeps it (a job's slots write every second):
+        // the client then sends no pings of its own, and only heartbeats prove the lease.
+        let client = s.client().unwrap();
+        let busy = async {
+            loop {
+                client.check_stat("/").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let began = Instant::now();
+        let held = timeout * 3;
+        let ended = tokio::select! {
+            () = term.ended() => true,
+            () = tokio::time::sleep(held) => false,
+            () = busy => unreachable!(),
+        };
+        if ended {
+            panic!(
+                "the term on a {} ms session ended {} ms after it began ({:?}); a healthy session must hold it",
+                ms(timeout),
+                ms(began.elapsed()),
+                term.end_reason()
+            );
+        }
+        assert!(term.is_valid(), "the term is over without having ended");
+        latch.close().await.unwrap();
+    };
+    futures::join!(hold(Duration::from_secs(2)), hold(Duration::from_secs(4)));
+}

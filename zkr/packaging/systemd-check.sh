@@ -24,10 +24,10 @@
 #
 # Usage: zkr/packaging/systemd-check.sh [--binary PATH] [--session-timeout D] [--keep]
 #   --binary           the zkr to package [target/debug/zkr]
-#   --session-timeout  ZKR_SESSION_TIMEOUT in both env files [10s, the units' default]; at
-#                      7 s or less the first term of zkr-cron@demo ends `deadline_passed` (the
-#                      lease is not renewed in time while slots keep the connection busy),
-#                      which fails the check: a fault of the library's lease, not of the units
+#   --session-timeout  ZKR_SESSION_TIMEOUT in both env files [10s, the units' default]; a
+#                      term that ends otherwise than `closed` fails the check (at 7 s or less
+#                      every first term ended `deadline_passed` until the library's heartbeats
+#                      kept their grid from a run's first one on: 4s passes since)
 #   --keep             leave the container running on failure, to look inside
 #                      (docker exec -it NAME bash; remove it with docker rm -f NAME)
 # Environment: ZKR_SYSTEMD_IMAGE [zookeeper-recipes/zkr-systemd-test], ZKR_ZOOKEEPER_IMAGE
