@@ -318,7 +318,8 @@ impl JobAdmin {
         self.update_control(|c| c.paused = false).await
     }
 
-    /// Resolves a parked slot: [`Resolution::Done`] records it succeeded (`resolved`),
+    /// Resolves a parked slot: [`Resolution::Done`] records it succeeded (`resolved`, ended at
+    /// the ensemble's time, read as [`ensemble_now`](Self::ensemble_now) does),
     /// [`Resolution::Rerun`] hands it back to the leader, which runs it with `attempt + 1`.
     /// A `failed` slot may be re-run too (not marked done: its failure is a fact): it becomes
     /// `pending` (`rerun`) and runs again, recovering. Its retries on failure are not renewed:
@@ -362,7 +363,18 @@ impl JobAdmin {
             Resolution::Done => {
                 record.state = SlotState::Succeeded;
                 record.reason = Some(SettleReason::Resolved.as_str().to_owned());
-                record.ended_ms = Some(schedule::now_ms());
+                // The ensemble's time, as every other time in a record: the operator's host may
+                // be skewed or stepped. An identity that may resolve the slot but not write the
+                // `clock` node falls back to its own clock.
+                let now = match self.ensemble_now().await {
+                    Ok(now) => now,
+                    Err(Error::Zookeeper(zookeeper_client::Error::NoAuth)) => {
+                        warn!(path = %self.path, slot, "cannot read the ensemble's clock (no write access to the clock node): the resolved slot's end is this host's clock");
+                        schedule::now_ms()
+                    }
+                    Err(e) => return Err(e),
+                };
+                record.ended_ms = Some(now);
             }
             Resolution::Rerun => {
                 record.state = SlotState::Pending;

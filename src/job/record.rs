@@ -94,7 +94,8 @@ pub struct SlotRecord {
     /// (the leader's estimate from the `mtime` of its writes, which is never ahead of it).
     pub started_ms: Option<i64>,
     /// When it ended, was settled or was recorded skipped or missed (the ensemble's clock, as
-    /// `started_ms`; for a slot an operator resolved, the operator's wall clock).
+    /// `started_ms`; for a slot an operator resolved, read by a write to the job's `clock`
+    /// node, see [`JobAdmin::ensemble_now`](crate::job::JobAdmin::ensemble_now)).
     pub ended_ms: Option<i64>,
     /// The exit code of the job's command (`zkr cron run`), when it reported one.
     pub exit_code: Option<i32>,

@@ -644,6 +644,11 @@ async fn pause_resume_and_trigger_steer_the_leader() {
     assert_eq!(limited.as_array().map(Vec::len), Some(2), "{limited}");
 }
 
+/// Under `--on-crash park`, slots cut off by a kill wait for an operator: `resolve --rerun` has
+/// the leader run one again (attempt 2), `resolve --done` records the other succeeded, ended at
+/// the ensemble's time even from an operator's host whose wall clock is 30 days ahead (before:
+/// the operator's clock). Faults: `kill -9` of the runner mid-slot; the operator's wall clock
+/// skewed with libfaketime.
 #[tokio::test]
 async fn parked_slots_wait_for_resolve_rerun_or_done() {
     if !zookeeper() {
@@ -727,12 +732,40 @@ async fn parked_slots_wait_for_resolve_rerun_or_done() {
     )
     .await;
     assert_eq!(parked.str("outcome"), "parked", "{}", parked.json);
-    cron_ok(connect, &["resolve", &path, &s2, "--done"]).await;
+    // The operator's host may have its wall clock 30 days ahead (libfaketime, where it is
+    // installed): the resolved slot's end is the ensemble's time all the same.
+    let mut resolve = zkr(connect);
+    if let Some(lib) = libfaketime() {
+        skew_wall_clock(&mut resolve, &lib, "+30d");
+    }
+    resolve.args(["cron", "resolve", &path, &s2, "--done"]);
+    let out = tokio::time::timeout(BOUND, resolve.output())
+        .await
+        .expect("zkr cron resolve --done finished in time")
+        .expect("zkr ran");
+    assert!(
+        out.status.success(),
+        "resolve --done: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let records = history(connect, &path).await;
     let r2 = record(&records, &s2);
     assert_eq!(r2["state"], "succeeded", "{r2}");
     assert_eq!(r2["reason"], "resolved", "{r2}");
     assert_eq!(r2["attempt"], 1, "{r2}");
+    let honest_now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("ms fit");
+    let ended = r2["ended_ms"].as_i64().expect("a resolved slot has an end");
+    assert!(
+        (honest_now - ended).abs() < 600_000,
+        "the resolved slot's end is {} ms from the ensemble's now: the operator's skewed clock, not the ensemble's: {r2}",
+        ended - honest_now
+    );
     let r1 = record(&records, &s1);
     assert_eq!(r1["state"], "succeeded", "{r1}");
     assert_eq!(r1["attempt"], 2, "{r1}");
