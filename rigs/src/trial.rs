@@ -2052,20 +2052,27 @@ async fn job_run(
 }
 
 /// Whether `record` is a slot owed a retry that the pause at the end holds back: recorded
-/// `running` by a run that was cut off (every run with its token has stopped, none returned
-/// `Ok`). The spec has a paused job keep such a slot queued until the resume ("Pause and
-/// trigger" in `recipes/scheduled-job.md`), so its record still says `running`.
+/// `running` by one of the job's replicas and cut off, either by a run that stopped (every run
+/// with its token has stopped, none returned `Ok`), or before any run began: a claim that
+/// landed while its term ended or its reply was lost (the spec's "a claim that did land is found
+/// `running` and handled as cut off (its run never started)"; seed 10 ran into it when the
+/// quorum leader was isolated during a claim and the pause came 2 s later). The spec has a
+/// paused job keep such a slot queued until the resume ("Pause and trigger" in
+/// `recipes/scheduled-job.md`), so its record still says `running`.
 fn owed_at_pause(record: &SlotRecord, runs: &[JobRun]) -> bool {
     let Some(token) = record.token else {
         return false;
     };
-    let mut with_token = runs
-        .iter()
-        .filter(|r| r.slot == record.slot && r.token.get() == token)
-        .peekable();
+    let by_a_replica = record
+        .runner
+        .as_deref()
+        .is_some_and(|runner| JOB_IDS.contains(&runner));
     record.state == SlotState::Running
-        && with_token.peek().is_some()
-        && with_token.all(|r| r.end.is_some() && r.ok != Some(true))
+        && by_a_replica
+        && runs
+            .iter()
+            .filter(|r| r.slot == record.slot && r.token.get() == token)
+            .all(|r| r.end.is_some() && r.ok != Some(true))
 }
 
 /// The job's own promises, from its runs and its slot records after the trial closed: every
@@ -2098,7 +2105,7 @@ fn check_job(runs: &[JobRun], records: &[SlotRecord]) -> Vec<String> {
             .iter()
             .filter(|run| run.token.get() == token)
             .collect();
-        if with_token.is_empty() {
+        if with_token.is_empty() && !owed_at_pause(r, runs) {
             out.push(format!(
                 "slot {} recorded {state} with token {token} (attempt {}), which none of its {} runs had",
                 r.slot,
@@ -3714,10 +3721,10 @@ mod tests {
             run("job-0", "a", 2, 10, true),
             run("job-1", "a", 1, 12, false),
         ];
-        let records = [
-            record("a", "running", Some(14), 3),
-            record("c", "succeeded", Some(9), 1),
-        ];
+        // Slot a recorded running by no replica of the job, with a token none of its runs had.
+        let mut stranger = record("a", "running", Some(14), 3);
+        stranger.runner = Some("someone".to_owned());
+        let records = [stranger, record("c", "succeeded", Some(9), 1)];
         let v = check_job(&runs, &records);
         assert!(v.iter().any(|v| v.contains("still running")), "{v:?}");
         assert!(
@@ -3732,6 +3739,12 @@ mod tests {
         // A cut-off slot whose retry the final pause holds back is owed, not open.
         let cut = [run("job-0", "d", 1, 20, false)];
         assert!(check_job(&cut, &[record("d", "running", Some(20), 1)]).is_empty());
+        // So is a slot whose claim landed but whose run never began (seed 10: the claim's
+        // term ended with the quorum leader isolated, and the pause came before a retry).
+        assert_eq!(
+            check_job(&[], &[record("e", "running", Some(30), 1)]),
+            Vec::<String>::new()
+        );
         // Still running with a run that returned Ok: its end was never recorded.
         let done = [run("job-0", "d", 1, 20, true)];
         let v = check_job(&done, &[record("d", "running", Some(20), 1)]);
