@@ -5,10 +5,11 @@
 #   2. promtool test rules zkr-cron.rules.test.yml (each alert fires on its series, not on its edge)
 #   3. every runbook link of the rules names a heading of docs/zkr-cron-runbook.md
 #   4. kubernetes-validate --strict docs/k8s/zkr-cron.yaml (the schemas it bundles; offline)
-# promtool comes from Debian's `prometheus` package, installed here when missing (as root or
-# with password-less sudo; the dpkg lock is waited for, since the test harness may be
-# installing ZooKeeper at the same time). kubernetes-validate (PyPI, pinned) goes into a venv
-# under ${ZKR_TOOLS_DIR:-~/.cache/zookeeper-recipes}, made once.
+# promtool is the one on PATH, else the one taken out of Debian's `prometheus` package (apt-get
+# download, dpkg-deb -x: no server is installed) into ${ZKR_TOOLS_DIR:-~/.cache/zookeeper-recipes};
+# kubernetes-validate (PyPI, pinned) goes into a venv there, made once. Package lists are
+# updated, and python3-venv installed, only when needed (as root or with password-less sudo; the
+# dpkg lock is waited for, since the test harness may be installing ZooKeeper at the same time).
 #
 # Usage: docs/prometheus/check.sh
 # Exit 0 when every check passed; each step prints what it runs and its elapsed time.
@@ -39,16 +40,36 @@ apt_install() {
         || fail "apt-get install $* failed: install them by hand (apt-get install --no-install-recommends $*)"
 }
 
-if ! command -v promtool >/dev/null; then
-    step "promtool is missing: installing Debian's prometheus package (it ships promtool)"
-    apt_install prometheus
-    command -v promtool >/dev/null || fail "the prometheus package installed no promtool"
+# promtool alone, taken out of Debian's prometheus package into the tools directory: installing
+# the package would also install (and on a systemd host start) a Prometheus server.
+promtool=$(command -v promtool || true)
+if [ -z "$promtool" ]; then
+    promtool="$tools/prometheus/usr/bin/promtool"
 fi
-step "$(promtool --version 2>&1 | head -n1)"
+if [ ! -x "$promtool" ]; then
+    step "promtool is missing: taking it out of Debian's prometheus package into $tools/prometheus (nothing is installed)"
+    debs="$tools/debs"
+    rm -rf "$debs" && mkdir -p "$debs"
+    if ! (cd "$debs" && apt-get download prometheus) >&2; then
+        sudo=()
+        if [ "$(id -u)" -ne 0 ]; then
+            command -v sudo >/dev/null && sudo -n true 2>/dev/null \
+                || fail "apt-get download prometheus failed, and updating the package lists needs root or password-less sudo: install promtool (Debian's prometheus package) by hand"
+            sudo=(sudo -n)
+        fi
+        run "${sudo[@]}" apt-get update -o DPkg::Lock::Timeout=600 >&2
+        (cd "$debs" && apt-get download prometheus) >&2 || fail "apt-get download prometheus failed"
+    fi
+    rm -rf "$tools/prometheus"
+    dpkg-deb -x "$debs"/prometheus_*.deb "$tools/prometheus" || fail "dpkg-deb -x of $(ls "$debs") failed"
+    rm -rf "$debs"
+    [ -x "$promtool" ] || fail "Debian's prometheus package holds no usr/bin/promtool"
+fi
+step "$("$promtool" --version 2>&1 | head -n1) ($promtool)"
 
 cd "$here"
-run promtool check rules zkr-cron.rules.yml
-run promtool test rules zkr-cron.rules.test.yml
+run "$promtool" check rules zkr-cron.rules.yml
+run "$promtool" test rules zkr-cron.rules.test.yml
 
 # GitHub's anchor of each `##` heading: lower case, punctuation dropped, spaces to dashes.
 step "the rules' runbook links name headings of docs/zkr-cron-runbook.md"
