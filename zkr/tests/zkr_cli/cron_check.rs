@@ -11,37 +11,12 @@ use std::time::Duration;
 
 use common::zkr::{Zkr, libfaketime, skew_wall_clock, zkr};
 use common::{BOUND, shared_server, zookeeper};
-use nix::sys::signal::Signal;
 use serde_json::Value;
 use zookeeper_recipes_testing as testing;
 
 use crate::auth::{identity, open_parent, write_file};
 use crate::cron_cli::zkr_output_with as zkr_output;
-
-/// The session timeout of these replicas: they must keep their terms on a busy machine.
-const STEADY: &str = "6s";
-
-/// A replica: `zkr --session-timeout 6s [PRE...] cron run PATH --id ID ARGS... -- sh -c SCRIPT`.
-fn replica(connect: &str, id: &str, pre: &[&str], path: &str, args: &[&str], script: &str) -> Zkr {
-    let mut all = vec!["--session-timeout", STEADY];
-    all.extend_from_slice(pre);
-    all.extend_from_slice(&["cron", "run", path, "--id", id]);
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--", "sh", "-c", script]);
-    Zkr::supervisor(connect, id, &all)
-}
-
-/// SIGTERM, then the exit code, which must be 0 or 143 (a command was running).
-async fn stop(z: &mut Zkr) {
-    z.signal(Signal::SIGTERM);
-    let code = z.exit(BOUND, "a replica after SIGTERM").await.code();
-    assert!(
-        matches!(code, Some(0 | 143)),
-        "[{}] exit code {code:?} after SIGTERM\n{}",
-        z.name,
-        z.context()
-    );
-}
+use crate::cron_ops::{replica, stop};
 
 /// Waits for `slot_finished` of `slot` with `outcome`.
 async fn finished(z: &mut Zkr, slot: &str, outcome: &str) {

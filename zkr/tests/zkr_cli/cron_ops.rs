@@ -46,7 +46,14 @@ async fn cron_ok(connect: &str, args: &[&str]) -> (String, String) {
 }
 
 /// A replica: `zkr --session-timeout 6s [PRE...] cron run PATH --id ID ARGS... -- sh -c SCRIPT`.
-fn replica(connect: &str, id: &str, pre: &[&str], path: &str, args: &[&str], script: &str) -> Zkr {
+pub(crate) fn replica(
+    connect: &str,
+    id: &str,
+    pre: &[&str],
+    path: &str,
+    args: &[&str],
+    script: &str,
+) -> Zkr {
     let mut all = vec!["--session-timeout", STEADY];
     all.extend_from_slice(pre);
     all.extend_from_slice(&["cron", "run", path, "--id", id]);
@@ -56,7 +63,7 @@ fn replica(connect: &str, id: &str, pre: &[&str], path: &str, args: &[&str], scr
 }
 
 /// SIGTERM, then the exit code, which must be 0 or 143 (a command was running).
-async fn stop(z: &mut Zkr) {
+pub(crate) async fn stop(z: &mut Zkr) {
     z.signal(Signal::SIGTERM);
     let code = z.exit(BOUND, "a replica after SIGTERM").await.code();
     assert!(
