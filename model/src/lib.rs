@@ -8,7 +8,10 @@
 //! pings, but cannot answer a `sync` or a write), clients that connect to either server, lose a
 //! create's reply, reconnect, get frozen, and see time pass in ticks. With [`Config::slots`] > 0
 //! the election's leader also runs the scheduled job (`recipes/scheduled-job.md`): its slot
-//! records, cursor, claims, ends, retries and cut-off slots, every write a fenced `multi`. See
+//! records, cursor, claims, ends, retries and cut-off slots, every write a fenced `multi`. With
+//! [`Config::pool_jobs`] > 0 the election is LeaderPool's membership latch, whose leader
+//! coordinates, and each of the pool's jobs is another election of the same core
+//! (`recipes/leader-pool.md`; see the `pool` module). See
 //! `README.md` for what is and is not modelled, and for every rule that can be switched off
 //! ([`Rule`]).
 
@@ -17,9 +20,11 @@ use std::fmt::Write as _;
 use stateright::{Model, Property};
 
 mod job;
+mod pool;
 pub mod trace;
 
 pub use job::{Job, MAX_ATTEMPTS, MAX_SLOTS, RETRIES, Record, Run, SlotState, due};
+pub use pool::{CoordRead, POOL_JOBS, Parked, PoolReplica, balance};
 
 /// The session timeout, in ticks. A lease proven by a touch sent at `s` lasts until `s + TIMEOUT`
 /// (a term is valid while `now < deadline`); the quorum leader expires a session once
@@ -93,11 +98,24 @@ pub enum Rule {
     /// A run is aborted when its term ends, at the latest at the term's lease. Mutated: it goes
     /// on.
     RunStopsAtLease,
+    /// LeaderPool: the coordinator's assignment write is a fenced multi whose first operation
+    /// checks its own membership node ("a coordinator that was paused past its session ...
+    /// writes nothing"). Mutated: the check is left out.
+    AssignmentWriteChecksMembershipNode,
+    /// LeaderPool: the assignment write is set with the version the coordinator read. Mutated:
+    /// with no version.
+    AssignmentWriteChecksVersion,
+    /// LeaderPool: a replica releases (closes the latch of) a job assigned away from it.
+    /// Mutated: it keeps standing for it (and leading it).
+    ReleaseJobsAssignedAway,
+    /// LeaderPool: the coordinator reads the members again whenever they change (its watch on
+    /// the membership) and rewrites the assignment. Mutated: it reads them once per term.
+    CoordinatorFollowsMembership,
 }
 
 impl Rule {
     /// Every rule, in the order `--list-mutations` prints them.
-    pub const ALL: [Rule; 19] = [
+    pub const ALL: [Rule; 23] = [
         Rule::LeaseNeedsLaterSync,
         Rule::LeaseAdvancesToEarlierTouch,
         Rule::TermStartsOnProvenLease,
@@ -117,6 +135,10 @@ impl Rule {
         Rule::SlotRunningWithOwnTokenEndsTerm,
         Rule::NewTermTakesUpCutOffSlots,
         Rule::RunStopsAtLease,
+        Rule::AssignmentWriteChecksMembershipNode,
+        Rule::AssignmentWriteChecksVersion,
+        Rule::ReleaseJobsAssignedAway,
+        Rule::CoordinatorFollowsMembership,
     ];
 
     /// The rule's kebab-case name.
@@ -141,6 +163,10 @@ impl Rule {
             Rule::SlotRunningWithOwnTokenEndsTerm => "slot-running-with-own-token-ends-term",
             Rule::NewTermTakesUpCutOffSlots => "new-term-takes-up-cut-off-slots",
             Rule::RunStopsAtLease => "run-stops-at-lease",
+            Rule::AssignmentWriteChecksMembershipNode => "assignment-write-checks-membership-node",
+            Rule::AssignmentWriteChecksVersion => "assignment-write-checks-version",
+            Rule::ReleaseJobsAssignedAway => "release-jobs-assigned-away",
+            Rule::CoordinatorFollowsMembership => "coordinator-follows-membership",
         }
     }
 
@@ -161,6 +187,17 @@ impl Rule {
                 | Rule::SlotRunningWithOwnTokenEndsTerm
                 | Rule::NewTermTakesUpCutOffSlots
                 | Rule::RunStopsAtLease
+        )
+    }
+
+    /// A rule of LeaderPool: its mutation is checked in the pool's configuration.
+    pub fn is_pool(self) -> bool {
+        matches!(
+            self,
+            Rule::AssignmentWriteChecksMembershipNode
+                | Rule::AssignmentWriteChecksVersion
+                | Rule::ReleaseJobsAssignedAway
+                | Rule::CoordinatorFollowsMembership
         )
     }
 
@@ -318,6 +355,22 @@ pub struct State {
     pub foreign_end: bool,
     /// Ghost: a job write landed from a term that was not the newest.
     pub stale_write: bool,
+    /// LeaderPool: the jobs' elections while the membership's is in `nodes` (empty without
+    /// the pool).
+    pub parked: Vec<Parked>,
+    /// The election now in `nodes`: 0 (the election; the pool's membership), or a parked job's
+    /// swapped in for one of its contender's steps.
+    pub resident: u8,
+    /// LeaderPool: `<root>/assignment` at `L`, each job's owner.
+    pub assign: [Option<u8>; POOL_JOBS],
+    /// Its version (0: not yet written).
+    pub aver: u8,
+    /// LeaderPool: each client's assignment as last read, and its coordinator loop.
+    pub replicas: Vec<PoolReplica>,
+    /// Ghost: membership terms begun so far (the newest coordinator's number).
+    pub cterms: u8,
+    /// Ghost: an assignment write landed from a coordinator whose term was not the newest.
+    pub stale_assign: bool,
 }
 
 /// One step of the world.
@@ -377,6 +430,12 @@ pub enum Action {
     JobPrune(u8, u8),
     /// The client hears that its session expired and opens a new one.
     SessionExpired(u8),
+    /// LeaderPool: the client reads the assignment (its data watch fired).
+    PoolFollow(u8),
+    /// LeaderPool: the coordinator reads the members and the assignment (one round trip).
+    PoolRead(u8),
+    /// LeaderPool: the coordinator writes the assignment (a fenced multi).
+    PoolWrite(u8),
 }
 
 /// The model's configuration.
@@ -402,6 +461,9 @@ pub struct Config {
     /// Slots of the scheduled job (0: no job; at most [`MAX_SLOTS`]). With the job, the
     /// election's leader runs it in one-term (selector) mode: a term's end relinquishes the node.
     pub slots: u8,
+    /// LeaderPool's jobs (0: no pool; else [`POOL_JOBS`]). With the pool the election is the
+    /// membership latch, whose leader is the coordinator, and each job has its own election.
+    pub pool_jobs: u8,
 }
 
 impl Default for Config {
@@ -415,11 +477,24 @@ impl Default for Config {
             mutation: None,
             late_own_event: false,
             slots: 0,
+            pool_jobs: 0,
         }
     }
 }
 
 impl Config {
+    /// LeaderPool's default configuration: 2 clients (replicas), 2 jobs, horizon 10, fault
+    /// budget 1, at most 8 creates.
+    pub fn pool() -> Self {
+        Config {
+            horizon: 10,
+            budget: 1,
+            max_nodes: 8,
+            pool_jobs: POOL_JOBS as u8,
+            ..Config::default()
+        }
+    }
+
     /// The job's default configuration: 2 clients, 2 slots, horizon 12, fault budget 1.
     pub fn job() -> Self {
         Config {
@@ -486,6 +561,7 @@ impl ElectionModel {
                     | Action::SessionExpired(_)
                     | Action::Relinquish(_)
             ) || self.job_urgent(s, a)
+                || self.pool_urgent(a)
         })
     }
 
@@ -493,9 +569,10 @@ impl ElectionModel {
     fn liveness_due(&self, s: &State) -> bool {
         // The model's bound on creates, not the protocol, may keep a client out of line.
         let bound_hit = s.next_seq >= self.config.max_nodes
-            && s.clients
-                .iter()
-                .any(|c| matches!(c.phase, Phase::Idle | Phase::Lost));
+            && (self.pool_on()
+                || s.clients
+                    .iter()
+                    .any(|c| matches!(c.phase, Phase::Idle | Phase::Lost)));
         let healed = !s.cut && s.clients.iter().all(|c| !c.frozen) && !s.late_fault;
         s.now == self.config.horizon && healed && !bound_hit && !self.urgent(s)
     }
@@ -588,6 +665,9 @@ impl ElectionModel {
         if self.jobs_on() {
             self.job_begin(s, c);
         }
+        if self.pool_on() && s.resident == 0 {
+            self.pool_begin(s, c);
+        }
         if s.max_token.is_some_and(|m| token < m) {
             s.token_fell = true;
         }
@@ -616,6 +696,22 @@ impl ElectionModel {
 
     /// One line of a counterexample: what `action` did in `before`.
     pub fn describe(&self, before: &State, action: &Action) -> String {
+        if let Some((c, e)) = self.parked_step(*action) {
+            let t = Self::swapped(before, e);
+            return format!(
+                "job{e}: {}",
+                self.describe_core(&t, &pool::retag(*action, c))
+            );
+        }
+        let line = self.describe_core(before, action);
+        if self.pool_on() && pool::contender(*action).is_some() {
+            format!("members: {line}")
+        } else {
+            line
+        }
+    }
+
+    fn describe_core(&self, before: &State, action: &Action) -> String {
         let after = self.next_state(before, *action);
         let list = |s: &State, server: Server| {
             let v = self.view(s, server);
@@ -856,6 +952,9 @@ impl ElectionModel {
                     rec(&a, slot)
                 );
             }
+            Action::PoolFollow(_) | Action::PoolRead(_) | Action::PoolWrite(_) => {
+                out = self.describe_pool(before, &a, *action);
+            }
             Action::JobPrune(c, i) => {
                 let _ = write!(
                     out,
@@ -876,9 +975,13 @@ impl Model for ElectionModel {
     fn init_states(&self) -> Vec<State> {
         let n = self.config.clients as usize;
         let mut inits = Vec::new();
+        let (parked, replicas) = pool::init(n, self.config.pool_jobs as usize);
         // Every client starts on either server, with a fresh session (its lease counts from the
         // moment it asked for the session).
-        for mask in 0..(1u32 << n) {
+        // The pool's configuration has no cut, so where a client starts changes only when `L`
+        // hears its touches: every client starts on `L`.
+        let masks = if self.pool_on() { 1 } else { 1u32 << n };
+        for mask in 0..masks {
             let clients = (0..n)
                 .map(|i| Client {
                     server: if mask & (1 << i) == 0 {
@@ -931,6 +1034,13 @@ impl Model for ElectionModel {
                 attempt_token_fell: false,
                 foreign_end: false,
                 stale_write: false,
+                parked: parked.clone(),
+                resident: 0,
+                assign: [None; POOL_JOBS],
+                aver: 0,
+                replicas: replicas.clone(),
+                cterms: 0,
+                stale_assign: false,
             });
         }
         inits
@@ -938,7 +1048,13 @@ impl Model for ElectionModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         self.protocol_actions(s, actions);
-        if s.now < self.config.horizon && !self.urgent(s) {
+        let urgent = self.urgent(s);
+        if self.pool_on() && urgent {
+            // The pool's replicas are frozen between their steps, at a tick boundary (see
+            // README.md, "LeaderPool").
+            actions.retain(|a| !matches!(a, Action::Freeze(_) | Action::Reconnect(_)));
+        }
+        if s.now < self.config.horizon && !urgent {
             actions.push(Action::Tick);
         }
     }
@@ -950,7 +1066,12 @@ impl Model for ElectionModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("at most one valid term", |m: &Self, s: &State| {
-                (0..s.clients.len()).filter(|&c| m.valid(s, c)).count() <= 1
+                (0..=m.config.pool_jobs as usize).all(|e| {
+                    (0..s.clients.len())
+                        .filter(|&c| m.valid_in(s, c, e))
+                        .count()
+                        <= 1
+                })
             }),
             Property::always("tokens rise", |_: &Self, s: &State| !s.token_fell),
             Property::always("a leader eventually", |m: &Self, s: &State| {
@@ -980,6 +1101,17 @@ impl Model for ElectionModel {
             Property::always("a due slot runs", |m: &Self, s: &State| {
                 !m.jobs_on() || !m.liveness_due(s) || m.job_live(s)
             }),
+            Property::always(
+                "assignment writes only from the current coordinator",
+                |_: &Self, s: &State| !s.stale_assign,
+            ),
+            Property::always("every job is led by its assignee", |m: &Self, s: &State| {
+                !m.pool_on() || !m.liveness_due(s) || m.pool_settled(s).0
+            }),
+            Property::always(
+                "no member leads more than its share",
+                |m: &Self, s: &State| !m.pool_on() || !m.liveness_due(s) || m.pool_settled(s).1,
+            ),
         ]
     }
 }
@@ -989,10 +1121,11 @@ impl ElectionModel {
     fn protocol_actions(&self, s: &State, actions: &mut Vec<Action>) {
         if s.cut {
             actions.push(Action::Heal);
-        } else if s.budget > 0 {
+        } else if s.budget > 0 && !self.pool_on() {
+            // The pool's configuration has freezes and reconnects for faults (see README.md).
             actions.push(Action::Cut);
         }
-        if s.budget > 0 {
+        if s.budget > 0 && !self.pool_on() {
             for n in s.nodes.iter().skip(1) {
                 actions.push(Action::ForeignDelete(n.seq));
             }
@@ -1004,7 +1137,6 @@ impl ElectionModel {
                 continue;
             }
             let sess = &s.sessions[i];
-            let view = self.view(s, cl.server);
             let reach = Self::reaches_leader(s, cl.server);
             if s.budget > 0 {
                 actions.push(Action::Freeze(c));
@@ -1016,6 +1148,25 @@ impl ElectionModel {
                 actions.push(Action::SessionExpired(c));
                 continue;
             }
+            self.contender_actions(s, i, actions);
+            if self.pool_on() {
+                self.pool_actions(s, i, actions);
+            }
+            if self.jobs_on() {
+                self.job_actions(s, i, actions);
+            }
+        }
+    }
+
+    /// The contender core's steps of client `i` in the election whose nodes are in `s.nodes`
+    /// (the pool's other elections are swapped in for it: see [`State::parked`]).
+    fn contender_actions(&self, s: &State, i: usize, actions: &mut Vec<Action>) {
+        let c = i as u8;
+        let cl = &s.clients[i];
+        let sess = &s.sessions[i];
+        let view = self.view(s, cl.server);
+        let reach = Self::reaches_leader(s, cl.server);
+        {
             // A server answers pings and reads for a session it believes alive: `L` knows, a
             // cut-off `F` does not.
             let answers = sess.alive || (cl.server == Server::F && s.cut);
@@ -1023,7 +1174,7 @@ impl ElectionModel {
                 Phase::Idle => {
                     if sess.alive && reach && s.next_seq < self.config.max_nodes {
                         actions.push(Action::Join(c));
-                        if s.budget > 0 {
+                        if s.budget > 0 && !self.pool_on() {
                             actions.push(Action::JoinReplyLost(c));
                         }
                     }
@@ -1062,7 +1213,11 @@ impl ElectionModel {
                     }
                     // A release is followed by a new create: only while a sequence is left. The
                     // job's leader (a selector) does not release of its own accord.
-                    if sess.alive && reach && s.next_seq < self.config.max_nodes && !self.jobs_on()
+                    if sess.alive
+                        && reach
+                        && s.next_seq < self.config.max_nodes
+                        && !self.jobs_on()
+                        && !self.pool_on()
                     {
                         actions.push(Action::Release(c));
                     }
@@ -1074,17 +1229,24 @@ impl ElectionModel {
                     actions.push(Action::OwnNodeGone(c));
                 }
             }
-            if self.jobs_on() {
-                self.job_actions(s, i, actions);
-            }
         }
     }
 
     /// The state after `action`, with the job's loop of an ended term reset.
     fn step(&self, last: &State, action: Action) -> Option<State> {
+        if let Some((c, e)) = self.parked_step(action) {
+            // A contender's step in a job's election: that election swapped in.
+            let mut s = self.step_core(&Self::swapped(last, e), pool::retag(action, c))?;
+            Self::swap(&mut s, e);
+            self.pool_after(last, &mut s, action);
+            return Some(s);
+        }
         let mut s = self.step_core(last, action)?;
         if self.jobs_on() {
             self.job_after(&mut s);
+        }
+        if self.pool_on() {
+            self.pool_after(last, &mut s, action);
         }
         Some(s)
     }
@@ -1294,6 +1456,9 @@ impl ElectionModel {
             | Action::JobGiveUp(_)
             | Action::JobEnd(..)
             | Action::JobPrune(..) => self.job_step(&mut s, action),
+            Action::PoolFollow(_) | Action::PoolRead(_) | Action::PoolWrite(_) => {
+                self.pool_step(&mut s, action)
+            }
             Action::Release(c) => {
                 let c = c as usize;
                 Self::touch(&mut s, c);

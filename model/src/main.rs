@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! check [--mutate RULE] [--max-depth D] [--clients N] [--horizon H] [--budget B]
-//!       [--late-own-event] [--slots S]
+//!       [--late-own-event] [--slots S] [--pool]
 //! check --list-mutations
 //! replay FILE
 //! ```
@@ -11,10 +11,11 @@
 //! property's name and the counterexample's steps; it exits 0 when K = 0, 1 otherwise, 2 on a
 //! usage error. Without `--mutate` and without a configuration flag it checks the default
 //! configurations one after another (the election's, the scheduled job's, the job's with 3
-//! clients) and the three
+//! clients, LeaderPool's) and the three
 //! lines carry the totals: the states summed, the greatest depth, the violations summed; each
 //! configuration's figures go to stderr. A job rule's mutation, or `--slots S` (S > 0), checks
-//! the job's configuration ([`Config::job`]) with the flags given.
+//! the job's configuration ([`Config::job`]) with the flags given; a pool rule's mutation, or
+//! `--pool`, LeaderPool's ([`Config::pool`]).
 //!
 //! `replay` validates one recorded trial history (format 1, see `trace`) against the model's
 //! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
@@ -36,7 +37,8 @@ fn usage(msg: &str) -> ExitCode {
     eprintln!("error: {msg}");
     eprintln!(
         "usage: zookeeper-recipes-model check [--mutate RULE] [--max-depth D] [--clients N] \
-         [--horizon H] [--budget B] [--late-own-event] [--slots S] | check --list-mutations \
+         [--horizon H] [--budget B] [--late-own-event] [--slots S] [--pool] \
+         | check --list-mutations \
          | replay FILE"
     );
     ExitCode::from(2)
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
     let mut budget = None;
     let mut slots = None;
     let mut late_own_event = false;
+    let mut pool = false;
     let mut depth = DEFAULT_MAX_DEPTH;
     let mut list = false;
     while let Some(flag) = args.next() {
@@ -93,6 +96,10 @@ fn main() -> ExitCode {
                 late_own_event = true;
                 Ok(())
             }
+            "--pool" => {
+                pool = true;
+                Ok(())
+            }
             other => Err(format!("unknown flag {other:?}")),
         };
         if let Err(msg) = parsed {
@@ -115,13 +122,20 @@ fn main() -> ExitCode {
         || horizon.is_some()
         || budget.is_some()
         || slots.is_some()
-        || late_own_event;
+        || late_own_event
+        || pool;
+    let pool = pool || mutation.is_some_and(Rule::is_pool);
+    if pool && (slots.is_some_and(|n| n > 0) || mutation.is_some_and(Rule::is_job)) {
+        return usage("the pool's configuration has no scheduled job (--slots 0)");
+    }
     let job = slots.map_or(mutation.is_some_and(Rule::is_job), |n| n > 0);
     if slots == Some(0) && mutation.is_some_and(Rule::is_job) {
         return usage("a job rule's mutation needs the job (--slots 1 or 2)");
     }
-    let build = |job: bool| {
-        let mut config = if job {
+    let build = |job: bool, pool: bool| {
+        let mut config = if pool {
+            Config::pool()
+        } else if job {
             Config::job()
         } else {
             Config::default()
@@ -141,17 +155,18 @@ fn main() -> ExitCode {
         config
     };
     let configs = if mutation.is_none() && !flagged {
-        // The election's, the job's, and the job's with a third contender.
+        // The election's, the job's, the job's with a third contender, and LeaderPool's.
         vec![
-            build(false),
-            build(true),
+            build(false, false),
+            build(true, false),
             Config {
                 clients: 3,
-                ..build(true)
+                ..build(true, false)
             },
+            build(false, true),
         ]
     } else {
-        vec![build(job)]
+        vec![build(job && !pool, pool)]
     };
     if configs.iter().any(|c| !(1..=4).contains(&c.clients)) {
         return usage("--clients must be 1 to 4");
@@ -163,14 +178,19 @@ fn main() -> ExitCode {
     for config in configs {
         eprintln!(
             "config: clients {}, horizon {} ticks, timeout {} ticks, fault budget {}, mutation {}, \
-             late own-node event {}, slots {}",
+             late own-node event {}, slots {}{}",
             config.clients,
             config.horizon,
             zookeeper_recipes_model::TIMEOUT,
             config.budget,
             config.mutation.map_or("none", Rule::name),
             config.late_own_event,
-            config.slots
+            config.slots,
+            if config.pool_jobs > 0 {
+                format!(", pool jobs {}", config.pool_jobs)
+            } else {
+                String::new()
+            }
         );
         let started = Instant::now();
         let report = check(config, depth);

@@ -4,16 +4,21 @@
 use zookeeper_recipes_model::{Config, Rule, check};
 
 /// Rules whose mutation no run of the model can show (defence in depth; see README.md).
-const DEFENCE_IN_DEPTH: [Rule; 3] = [
+const DEFENCE_IN_DEPTH: [Rule; 5] = [
     Rule::NoClaimFromNodeOfEarlierSession,
     Rule::JobWriteChecksLeaderNode,
     Rule::EndChecksClaimVersion,
+    Rule::AssignmentWriteChecksMembershipNode,
+    Rule::AssignmentWriteChecksVersion,
 ];
 
-/// The configuration a rule's mutation is checked in (the job's for a job rule).
+/// The configuration a rule's mutation is checked in (the job's for a job rule, the pool's for
+/// a pool rule).
 fn config_for(rule: Rule) -> Config {
     let base = if rule.is_job() {
         Config::job()
+    } else if rule.is_pool() {
+        Config::pool()
     } else {
         Config::default()
     };
@@ -162,4 +167,87 @@ fn every_job_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
             rule.name()
         );
     }
+}
+
+#[test]
+fn the_unmutated_pool_has_no_violation_at_horizon_8() {
+    let report = check(
+        Config {
+            horizon: 8,
+            ..Config::pool()
+        },
+        60,
+    );
+    assert!(
+        report.violations.is_empty(),
+        "unexpected violations: {:#?}",
+        report.violations
+    );
+    assert!(report.states > 100_000, "too few states: {}", report.states);
+}
+
+/// Each pool rule's mutation: the property its counterexample breaks, and the counterexample's
+/// length (the shortest, breadth first, in the pool's default configuration), checked with the
+/// tightest depth bound that finds it (`steps + 2`, as for the job's).
+const POOL_COUNTEREXAMPLES: [(Rule, &str, usize); 2] = [
+    (
+        Rule::ReleaseJobsAssignedAway,
+        "every job is led by its assignee",
+        25,
+    ),
+    (
+        Rule::CoordinatorFollowsMembership,
+        "no member leads more than its share",
+        21,
+    ),
+];
+
+#[test]
+fn every_pool_mutation_breaks_its_property_within_its_depth_bound() {
+    for (rule, property, steps) in POOL_COUNTEREXAMPLES {
+        let report = check(config_for(rule), steps + 2);
+        let Some(v) = report.violations.first() else {
+            panic!(
+                "{}: no counterexample within {} steps ({} states)",
+                rule.name(),
+                steps,
+                report.states
+            );
+        };
+        assert_eq!(v.property, property, "{}: {:#?}", rule.name(), v.steps);
+        assert_eq!(v.steps.len(), steps, "{}: {:#?}", rule.name(), v.steps);
+    }
+}
+
+#[test]
+fn every_pool_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
+    for rule in Rule::ALL.into_iter().filter(|r| r.is_pool()) {
+        let shown = POOL_COUNTEREXAMPLES.iter().any(|(r, _, _)| *r == rule);
+        assert!(
+            shown != DEFENCE_IN_DEPTH.contains(&rule),
+            "{}: list it in exactly one of POOL_COUNTEREXAMPLES and DEFENCE_IN_DEPTH",
+            rule.name()
+        );
+    }
+}
+
+/// The pool's elections are the model's election: with the membership latch's "first node
+/// leads" switched off, two coordinators write, and the stale one's write lands.
+#[test]
+fn two_coordinators_are_caught_by_the_assignment_property() {
+    let report = check(
+        Config {
+            mutation: Some(Rule::ClaimOnlyWhenFirst),
+            ..Config::pool()
+        },
+        40,
+    );
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.property == "assignment writes only from the current coordinator"),
+        "{:#?}",
+        report.violations
+    );
 }
