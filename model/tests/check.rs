@@ -1,6 +1,8 @@
 //! The unmutated model has no violation in a small configuration, and every mutation that the
 //! model can show yields a counterexample.
 
+#![allow(clippy::panic)]
+
 use zookeeper_recipes_model::{Config, Rule, check};
 
 /// Rules whose mutation no run of the model can show (defence in depth; see README.md).
@@ -142,7 +144,18 @@ const JOB_COUNTEREXAMPLES: [(Rule, &str, usize); 6] = [
 
 #[test]
 fn every_job_mutation_breaks_its_property_within_its_depth_bound() {
-    for (rule, property, steps) in JOB_COUNTEREXAMPLES {
+    each_breaks_its_property_within_its_depth_bound(&JOB_COUNTEREXAMPLES);
+}
+
+#[test]
+fn every_job_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
+    each_is_shown_or_defence_in_depth(Rule::is_job, &JOB_COUNTEREXAMPLES, "JOB_COUNTEREXAMPLES");
+}
+
+/// Each mutation of `table` breaks its property with a counterexample of exactly its length,
+/// found with the tightest depth bound (`steps + 2`).
+fn each_breaks_its_property_within_its_depth_bound(table: &[(Rule, &str, usize)]) {
+    for &(rule, property, steps) in table {
         let report = check(config_for(rule), steps + 2);
         let Some(v) = report.violations.first() else {
             panic!(
@@ -157,13 +170,17 @@ fn every_job_mutation_breaks_its_property_within_its_depth_bound() {
     }
 }
 
-#[test]
-fn every_job_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
-    for rule in Rule::ALL.into_iter().filter(|r| r.is_job()) {
-        let shown = JOB_COUNTEREXAMPLES.iter().any(|(r, _, _)| *r == rule);
+/// Every rule that `which` picks is listed in exactly one of `table` and `DEFENCE_IN_DEPTH`.
+fn each_is_shown_or_defence_in_depth(
+    which: fn(Rule) -> bool,
+    table: &[(Rule, &str, usize)],
+    name: &str,
+) {
+    for rule in Rule::ALL.into_iter().filter(|r| which(*r)) {
+        let shown = table.iter().any(|(r, _, _)| *r == rule);
         assert!(
             shown != DEFENCE_IN_DEPTH.contains(&rule),
-            "{}: list it in exactly one of JOB_COUNTEREXAMPLES and DEFENCE_IN_DEPTH",
+            "{}: list it in exactly one of {name} and DEFENCE_IN_DEPTH",
             rule.name()
         );
     }
@@ -204,31 +221,12 @@ const POOL_COUNTEREXAMPLES: [(Rule, &str, usize); 2] = [
 
 #[test]
 fn every_pool_mutation_breaks_its_property_within_its_depth_bound() {
-    for (rule, property, steps) in POOL_COUNTEREXAMPLES {
-        let report = check(config_for(rule), steps + 2);
-        let Some(v) = report.violations.first() else {
-            panic!(
-                "{}: no counterexample within {} steps ({} states)",
-                rule.name(),
-                steps,
-                report.states
-            );
-        };
-        assert_eq!(v.property, property, "{}: {:#?}", rule.name(), v.steps);
-        assert_eq!(v.steps.len(), steps, "{}: {:#?}", rule.name(), v.steps);
-    }
+    each_breaks_its_property_within_its_depth_bound(&POOL_COUNTEREXAMPLES);
 }
 
 #[test]
 fn every_pool_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
-    for rule in Rule::ALL.into_iter().filter(|r| r.is_pool()) {
-        let shown = POOL_COUNTEREXAMPLES.iter().any(|(r, _, _)| *r == rule);
-        assert!(
-            shown != DEFENCE_IN_DEPTH.contains(&rule),
-            "{}: list it in exactly one of POOL_COUNTEREXAMPLES and DEFENCE_IN_DEPTH",
-            rule.name()
-        );
-    }
+    each_is_shown_or_defence_in_depth(Rule::is_pool, &POOL_COUNTEREXAMPLES, "POOL_COUNTEREXAMPLES");
 }
 
 /// The pool's elections are the model's election: with the membership latch's "first node
