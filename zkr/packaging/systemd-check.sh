@@ -196,6 +196,22 @@ unit=zkr-cron@demo.service
 step "systemctl start $unit"
 t=$EPOCHREALTIME
 inside systemctl start "$unit" || fail "systemctl start $unit"
+# `systemctl stop UNIT` within BOUND seconds; fails unless it stopped cleanly (inactive, success)
+# within the unit's TimeoutStopSec. Sets `took` (seconds) and `timeout_stop`, and says WHAT.
+stop_unit() {
+    local unit=$1 bound=$2 what=$3 t state result status
+    timeout_stop=$(span "$(prop "$unit" TimeoutStopUSec)")
+    step "systemctl stop $unit $what (TimeoutStopSec=${timeout_stop}s, KillMode=$(prop "$unit" KillMode))"
+    t=$EPOCHREALTIME
+    inside timeout "$bound" systemctl stop "$unit" || fail "systemctl stop $unit did not return within ${bound}s"
+    took=$(since "$t")
+    state=$(prop "$unit" ActiveState) result=$(prop "$unit" Result) status=$(prop "$unit" ExecMainStatus)
+    step "stopped in ${took}s: ActiveState=$state Result=$result ExecMainStatus=$status"
+    awk -v a="$took" -v b="$timeout_stop" 'BEGIN { exit !(a < b) }' \
+        || fail "the stop took ${took}s, not less than TimeoutStopSec=${timeout_stop}s"
+    [ "$state" = inactive ] && [ "$result" = success ] \
+        || fail "after the stop: ActiveState=$state Result=$result (want inactive, success)"
+}
 two_slots() { [ "$(lines end)" -ge 2 ]; }
 wait_for 30 "two slots of $unit recorded in /var/lib/zkr/demo.out" two_slots
 step "two slots ended $(since "$t")s after the start:"
@@ -240,17 +256,7 @@ slow_running() {
 starts_before=$(lines start)
 wait_for 30 "a 4 s slot to start" slow_running
 slot=$(inside tail -n 1 /var/lib/zkr/demo.out | cut -d' ' -f2)
-timeout_stop=$(span "$(prop "$unit" TimeoutStopUSec)")
-step "systemctl stop $unit while slot $slot runs (4 s; TimeoutStopSec=${timeout_stop}s, KillMode=$(prop "$unit" KillMode))"
-t=$EPOCHREALTIME
-inside timeout 120 systemctl stop "$unit" || fail "systemctl stop $unit did not return within 120s"
-took=$(since "$t")
-state=$(prop "$unit" ActiveState) result=$(prop "$unit" Result) status=$(prop "$unit" ExecMainStatus)
-step "stopped in ${took}s: ActiveState=$state Result=$result ExecMainStatus=$status"
-awk -v a="$took" -v b="$timeout_stop" 'BEGIN { exit !(a < b) }' \
-    || fail "the stop took ${took}s, not less than TimeoutStopSec=${timeout_stop}s"
-[ "$state" = inactive ] && [ "$result" = success ] \
-    || fail "after the stop: ActiveState=$state Result=$result (want inactive, success)"
+stop_unit "$unit" 120 "while slot $slot runs (4 s)"
 # Every term of the unit ended because zkr closed it (the stop), or with the process (kill -9):
 # with ZooKeeper healthy throughout, a term that ended otherwise (`deadline_passed`: the lease
 # lapsed) would cut a slot off and fail the drain below for a reason that is not the unit's.
@@ -293,16 +299,7 @@ line=$(inside grep '^start ' /var/lib/zkr/run.out)
 [ "$(prop "$unit" ActiveState)" = active ] || fail "$unit is $(prop "$unit" ActiveState)"
 token=${line#start }
 step "the command runs $(since "$t")s after the start, as zkr (token ${token%% *}): $unit active"
-timeout_stop=$(span "$(prop "$unit" TimeoutStopUSec)")
-t=$EPOCHREALTIME
-inside timeout 60 systemctl stop "$unit" || fail "systemctl stop $unit did not return within 60s"
-took=$(since "$t")
-state=$(prop "$unit" ActiveState) result=$(prop "$unit" Result) status=$(prop "$unit" ExecMainStatus)
-step "stopped in ${took}s (TimeoutStopSec=${timeout_stop}s): ActiveState=$state Result=$result ExecMainStatus=$status"
-awk -v a="$took" -v b="$timeout_stop" 'BEGIN { exit !(a < b) }' \
-    || fail "the stop took ${took}s, not less than TimeoutStopSec=${timeout_stop}s"
-[ "$state" = inactive ] && [ "$result" = success ] \
-    || fail "after the stop: ActiveState=$state Result=$result (want inactive, success)"
+stop_unit "$unit" 60 "(its command gets zkr's SIGTERM)"
 inside grep -q '^term ' /var/lib/zkr/run.out || fail "$unit's command got no SIGTERM from zkr: $(inside cat /var/lib/zkr/run.out)"
 inside sh -c '[ -z "$(ps -u zkr -o pid=)" ]' || fail "processes of user zkr left after the stops: $(inside ps -u zkr -o pid,args)"
 
