@@ -63,21 +63,52 @@ fn the_claim_on_the_event_is_safe_even_when_the_own_nodes_event_comes_late() {
     );
 }
 
+/// Each election rule's mutation (the contender core and the lease, `recipes/leader-latch.md`,
+/// `recipes/mutex.md`): the property its counterexample breaks first, and the counterexample's
+/// length (the shortest, breadth first, in the election's default configuration; 3 clients for
+/// the rule that needs a waiter two places back), checked with the tightest depth bound that
+/// finds it (`steps + 2`, as for the job's).
+const ELECTION_COUNTEREXAMPLES: [(Rule, &str, usize); 10] = [
+    (Rule::LeaseNeedsLaterSync, "at most one valid term", 9),
+    (
+        Rule::LeaseAdvancesToEarlierTouch,
+        "at most one valid term",
+        9,
+    ),
+    (Rule::TermStartsOnProvenLease, "at most one valid term", 10),
+    (Rule::TermEndsAtDeadline, "at most one valid term", 9),
+    (Rule::ClaimOnlyWhenFirst, "at most one valid term", 4),
+    (
+        Rule::ClaimOnEventOnlyAtPosition1,
+        "at most one valid term",
+        6,
+    ),
+    (Rule::ClaimOnEventChecksOwnNode, "at most one valid term", 8),
+    (
+        Rule::ClaimOnEventNeedsSameConnection,
+        "at most one valid term",
+        9,
+    ),
+    (
+        Rule::ProtectedCreateAdoptsOwnNode,
+        "a leader eventually",
+        16,
+    ),
+    (Rule::ExpireDeletesEphemerals, "a leader eventually", 18),
+];
+
 #[test]
-fn every_mutation_yields_a_counterexample() {
-    for rule in Rule::ALL {
-        if DEFENCE_IN_DEPTH.contains(&rule) {
-            continue;
-        }
-        let report = check(config_for(rule), 40);
-        assert!(
-            !report.violations.is_empty(),
-            "{}: no counterexample ({} states, depth {})",
-            rule.name(),
-            report.states,
-            report.depth
-        );
-    }
+fn every_election_mutation_breaks_its_property_within_its_depth_bound() {
+    each_breaks_its_property_within_its_depth_bound(&ELECTION_COUNTEREXAMPLES);
+}
+
+#[test]
+fn every_election_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
+    each_is_shown_or_defence_in_depth(
+        |r| !r.is_job() && !r.is_pool(),
+        &ELECTION_COUNTEREXAMPLES,
+        "ELECTION_COUNTEREXAMPLES",
+    );
 }
 
 #[test]
@@ -153,8 +184,11 @@ fn every_job_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
 }
 
 /// Each mutation of `table` breaks its property with a counterexample of exactly its length,
-/// found with the tightest depth bound (`steps + 2`).
+/// found with the tightest depth bound (`steps + 2`), and the counterexample is the one on file
+/// in `model/counterexamples/RULE.txt`, which the specs' rule tables link to. With
+/// `ZKR_BLESS_COUNTEREXAMPLES=1` the files are written instead of compared.
 fn each_breaks_its_property_within_its_depth_bound(table: &[(Rule, &str, usize)]) {
+    let bless = std::env::var_os("ZKR_BLESS_COUNTEREXAMPLES").is_some_and(|v| v == "1");
     for &(rule, property, steps) in table {
         let report = check(config_for(rule), steps + 2);
         let Some(v) = report.violations.first() else {
@@ -167,7 +201,55 @@ fn each_breaks_its_property_within_its_depth_bound(table: &[(Rule, &str, usize)]
         };
         assert_eq!(v.property, property, "{}: {:#?}", rule.name(), v.steps);
         assert_eq!(v.steps.len(), steps, "{}: {:#?}", rule.name(), v.steps);
+        let text = counterexample_file(rule, v.property, &v.steps);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("counterexamples")
+            .join(format!("{}.txt", rule.name()));
+        if bless {
+            std::fs::write(&path, &text)
+                .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+            continue;
+        }
+        let on_file = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; write it with ZKR_BLESS_COUNTEREXAMPLES=1 cargo test -p zookeeper-recipes-model --test check",
+                path.display()
+            )
+        });
+        assert!(
+            on_file == text,
+            "{}: the checker's counterexample is no longer the one on file (the specs link to it); \
+             if the change is meant, write it again with ZKR_BLESS_COUNTEREXAMPLES=1 cargo test \
+             -p zookeeper-recipes-model --test check and check the specs' tables.\n\
+             --- on file\n{on_file}--- found\n{text}",
+            path.display()
+        );
     }
+}
+
+/// The text of `model/counterexamples/RULE.txt`: how to reproduce it, the property it breaks,
+/// and the steps as `check` prints them.
+fn counterexample_file(rule: Rule, property: &str, steps: &[String]) -> String {
+    let clients = match rule.clients_needed() {
+        2 => String::new(),
+        n => format!(" --clients {n}"),
+    };
+    let mut text = format!(
+        "# The shortest counterexample with `{name}` switched off (breadth first, in its default\n\
+         # configuration; model/README.md names it). Reproduce it with\n\
+         #   cargo run -p zookeeper-recipes-model --release -- check --mutate {name}{clients} --max-depth {depth}\n\
+         # Written by model/tests/check.rs (ZKR_BLESS_COUNTEREXAMPLES=1), which compares it with the\n\
+         # checker's on every test run.\n\
+         property: {property}\n\
+         steps: {n}\n",
+        name = rule.name(),
+        depth = steps.len() + 2,
+        n = steps.len(),
+    );
+    for (i, step) in steps.iter().enumerate() {
+        text.push_str(&format!("  {}. {step}\n", i + 1));
+    }
+    text
 }
 
 /// Every rule that `which` picks is listed in exactly one of `table` and `DEFENCE_IN_DEPTH`.
