@@ -1112,11 +1112,45 @@ impl Model for ElectionModel {
                 "no member leads more than its share",
                 |m: &Self, s: &State| !m.pool_on() || !m.liveness_due(s) || m.pool_settled(s).1,
             ),
+            Property::always("no node outlives its session", |_: &Self, s: &State| {
+                Self::nodes_of_live_sessions(s)
+            }),
+            Property::always("no node is left behind", |m: &Self, s: &State| {
+                !m.liveness_due(s) || Self::nodes_held(s)
+            }),
         ]
     }
 }
 
 impl ElectionModel {
+    /// Every node at the quorum leader, in every election, belongs to a session the quorum
+    /// leader holds alive: its owner's current session, not yet expired (ZooKeeper expires a
+    /// session and deletes its ephemeral nodes in one transaction, `closeSession`).
+    fn nodes_of_live_sessions(s: &State) -> bool {
+        let live = |n: &Node| {
+            s.sessions
+                .get(n.owner as usize)
+                .is_some_and(|x| x.alive && x.epoch == n.epoch)
+        };
+        s.nodes.iter().all(live) && s.parked.iter().all(|p| p.nodes.iter().all(live))
+    }
+
+    /// Every node at the quorum leader, in every election, is the node its owner's contender
+    /// holds in that election: none is left behind by a create whose reply was lost (so a live
+    /// session owns at most one node per election).
+    fn nodes_held(s: &State) -> bool {
+        let held = |n: &Node, node: Option<u8>| node == Some(n.seq);
+        s.nodes.iter().all(|n| {
+            s.clients
+                .get(n.owner as usize)
+                .is_some_and(|cl| held(n, cl.node))
+        }) && s.parked.iter().all(|p| {
+            p.nodes
+                .iter()
+                .all(|n| p.cts.get(n.owner as usize).is_some_and(|ct| held(n, ct.1)))
+        })
+    }
+
     /// Every step but `Tick`.
     fn protocol_actions(&self, s: &State, actions: &mut Vec<Action>) {
         if s.cut {

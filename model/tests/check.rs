@@ -186,6 +186,46 @@ fn each_is_shown_or_defence_in_depth(
     }
 }
 
+/// Mutations of the election whose counterexample breaks a property about the nodes: the
+/// property, and the counterexample's length (the shortest, breadth first, in the rule's
+/// configuration, with `horizon`), checked with the tightest depth bound that finds it
+/// (`steps + 2`). The liveness-style property is judged at the horizon, so a smaller horizon
+/// gives a shorter counterexample (the default's is 16 steps, horizon 12).
+const NODE_COUNTEREXAMPLES: [(Rule, &str, u8, usize); 2] = [
+    (
+        Rule::ExpireDeletesEphemerals,
+        "no node outlives its session",
+        12,
+        6,
+    ),
+    (
+        Rule::ProtectedCreateAdoptsOwnNode,
+        "no node is left behind",
+        5,
+        9,
+    ),
+];
+
+#[test]
+fn each_node_mutation_breaks_its_property_within_its_depth_bound() {
+    for (rule, property, horizon, steps) in NODE_COUNTEREXAMPLES {
+        let config = Config {
+            horizon,
+            ..config_for(rule)
+        };
+        let report = check(config, steps + 2);
+        let Some(v) = report.violations.iter().find(|v| v.property == property) else {
+            panic!(
+                "{}: {property:?} not broken within {steps} steps ({} states): {:#?}",
+                rule.name(),
+                report.states,
+                report.violations
+            );
+        };
+        assert_eq!(v.steps.len(), steps, "{}: {:#?}", rule.name(), v.steps);
+    }
+}
+
 #[test]
 fn the_unmutated_pool_has_no_violation_at_horizon_8() {
     let report = check(
