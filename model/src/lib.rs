@@ -65,9 +65,11 @@ pub enum Rule {
     /// new node without looking (the first one is left behind, owned by the live session).
     ProtectedCreateAdoptsOwnNode,
     /// CURATOR-498 / CURATOR-696 ("Claiming without a read"): a node is adopted or claimed from
-    /// only if the current session owns it; a node of an earlier session is deleted and replaced.
-    /// Mutated: a prefix match of any session is adopted, and the node of the earlier session is
-    /// kept (and listed, and claimed from) after a new session.
+    /// only if the current session owns it; a node of an earlier session is deleted and replaced,
+    /// and a listing answered on an earlier session is dropped ([`Config::in_flight`]). Mutated:
+    /// a prefix match of any session is adopted, the node of the earlier session is kept (and
+    /// listed, and claimed from) after a new session, and a listing answered on the old session
+    /// is handled on the new one.
     NoClaimFromNodeOfEarlierSession,
     /// The quorum leader deletes an expired session's ephemeral nodes (ZooKeeper's rule, on
     /// which "the successor starts once the quorum expires the session" rests). Mutated: they
@@ -199,6 +201,12 @@ impl Rule {
                 | Rule::ReleaseJobsAssignedAway
                 | Rule::CoordinatorFollowsMembership
         )
+    }
+
+    /// The smallest configuration that can show this rule's mutation has answers in flight
+    /// ([`Config::in_flight`]): a listing answered on the old session and handled on the new.
+    pub fn needs_in_flight(self) -> bool {
+        matches!(self, Rule::NoClaimFromNodeOfEarlierSession)
     }
 
     /// The number of clients the smallest configuration that can show this rule's mutation
@@ -371,6 +379,20 @@ pub struct State {
     pub cterms: u8,
     /// Ghost: an assignment write landed from a coordinator whose term was not the newest.
     pub stale_assign: bool,
+    /// Each client's listing in flight (empty without [`Config::in_flight`]).
+    pub listings: Vec<Option<Listing>>,
+}
+
+/// A listing's answer on its way to the contender ([`Config::in_flight`]): the server answered
+/// it when it was sent; the contender handles it in a later step.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Listing {
+    /// The children as the server answered, at the moment it answered.
+    pub children: Vec<Node>,
+    /// The session (epoch) the listing was sent on.
+    pub epoch: u8,
+    /// The connection it was sent on (the predecessor's watch is set on it).
+    pub conn: u8,
 }
 
 /// One step of the world.
@@ -436,6 +458,12 @@ pub enum Action {
     PoolRead(u8),
     /// LeaderPool: the coordinator writes the assignment (a fenced multi).
     PoolWrite(u8),
+    /// With [`Config::in_flight`]: the contender sends a listing, which its server answers at
+    /// once from what it holds; the answer is in flight to the contender.
+    SendList(u8),
+    /// With [`Config::in_flight`]: the contender handles the answer to its listing (possibly
+    /// after its session expired and a new one was opened).
+    HandleListing(u8),
 }
 
 /// The model's configuration.
@@ -464,6 +492,13 @@ pub struct Config {
     /// LeaderPool's jobs (0: no pool; else [`POOL_JOBS`]). With the pool the election is the
     /// membership latch, whose leader is the coordinator, and each job has its own election.
     pub pool_jobs: u8,
+    /// Answers in flight: a contender's listing (the `List` step) is sent, answered by its
+    /// server from the state at that moment, and handled by the contender in a later step, in
+    /// any order with the client's other due steps (hearing that its session expired, above
+    /// all); a frozen client holds its answer across ticks. One listing in flight per client;
+    /// while it is, the contender awaits it and takes no other step. Off by default; not with
+    /// the pool (its elections' listings stay one step).
+    pub in_flight: bool,
 }
 
 impl Default for Config {
@@ -478,6 +513,7 @@ impl Default for Config {
             late_own_event: false,
             slots: 0,
             pool_jobs: 0,
+            in_flight: false,
         }
     }
 }
@@ -524,6 +560,26 @@ impl ElectionModel {
         self.config.mutation != Some(rule)
     }
 
+    /// Listings are answered in one step and handled in another ([`Config::in_flight`]).
+    fn in_flight_on(&self) -> bool {
+        self.config.in_flight && !self.pool_on()
+    }
+
+    /// The client's listing is in flight: the contender awaits it.
+    fn awaits_listing(s: &State, c: usize) -> bool {
+        s.listings.get(c).is_some_and(Option::is_some)
+    }
+
+    /// The contender's step that lists the children: one step, or the send of a listing whose
+    /// answer is handled later.
+    fn list_action(&self, c: u8) -> Action {
+        if self.in_flight_on() {
+            Action::SendList(c)
+        } else {
+            Action::List(c)
+        }
+    }
+
     /// The children as `server` answers a read.
     fn view<'a>(&self, s: &'a State, server: Server) -> &'a [Node] {
         match (server, &s.f_view) {
@@ -560,6 +616,8 @@ impl ElectionModel {
                     | Action::EndTerm(_)
                     | Action::SessionExpired(_)
                     | Action::Relinquish(_)
+                    | Action::SendList(_)
+                    | Action::HandleListing(_)
             ) || self.job_urgent(s, a)
                 || self.pool_urgent(a)
         })
@@ -620,8 +678,13 @@ impl ElectionModel {
     /// The contender's standing in a listing from its server.
     fn standing(&self, s: &State, c: usize) -> Phase {
         let cl = &s.clients[c];
-        let view = self.view(s, cl.server);
-        let Some(own) = cl.node else {
+        self.standing_in(self.view(s, cl.server), cl.node, cl.conn)
+    }
+
+    /// The standing of the node `own` in the listing `view`, whose predecessor's watch is set on
+    /// connection `conn`.
+    fn standing_in(&self, view: &[Node], own: Option<u8>, conn: u8) -> Phase {
+        let Some(own) = own else {
             return Phase::Idle;
         };
         match view.iter().position(|n| n.seq == own) {
@@ -631,7 +694,7 @@ impl ElectionModel {
             Some(i) => Phase::Waiting {
                 pred: view[i - 1].seq,
                 pos1: i == 1,
-                wconn: cl.conn,
+                wconn: conn,
             },
         }
     }
@@ -955,6 +1018,43 @@ impl ElectionModel {
             Action::PoolFollow(_) | Action::PoolRead(_) | Action::PoolWrite(_) => {
                 out = self.describe_pool(before, &a, *action);
             }
+            Action::SendList(c) => {
+                let cl = &before.clients[c as usize];
+                let _ = write!(
+                    out,
+                    "t={t}: client {c} sends a listing on s{}; {:?} answers {} (in flight)",
+                    before.sessions[c as usize].epoch,
+                    cl.server,
+                    list(before, cl.server)
+                );
+            }
+            Action::HandleListing(c) => {
+                let Some(Some(l)) = before.listings.get(c as usize) else {
+                    return out;
+                };
+                let names: Vec<String> = l
+                    .children
+                    .iter()
+                    .map(|n| format!("n{}(c{}s{})", n.seq, n.owner, n.epoch))
+                    .collect();
+                let now_epoch = before.sessions[c as usize].epoch;
+                if l.epoch != now_epoch && self.on(Rule::NoClaimFromNodeOfEarlierSession) {
+                    let _ = write!(
+                        out,
+                        "t={t}: client {c} drops the listing answered on s{} (its session is s{now_epoch}); it {}",
+                        l.epoch,
+                        phase(&a, c as usize)
+                    );
+                } else {
+                    let _ = write!(
+                        out,
+                        "t={t}: client {c} handles the listing answered on s{} [{}] (its session is s{now_epoch}); it {}",
+                        l.epoch,
+                        names.join(" "),
+                        phase(&a, c as usize)
+                    );
+                }
+            }
             Action::JobPrune(c, i) => {
                 let _ = write!(
                     out,
@@ -1041,6 +1141,11 @@ impl Model for ElectionModel {
                 replicas: replicas.clone(),
                 cterms: 0,
                 stale_assign: false,
+                listings: if self.in_flight_on() {
+                    vec![None; n]
+                } else {
+                    Vec::new()
+                },
             });
         }
         inits
@@ -1112,11 +1217,45 @@ impl Model for ElectionModel {
                 "no member leads more than its share",
                 |m: &Self, s: &State| !m.pool_on() || !m.liveness_due(s) || m.pool_settled(s).1,
             ),
+            Property::always("no node outlives its session", |_: &Self, s: &State| {
+                Self::nodes_of_live_sessions(s)
+            }),
+            Property::always("no node is left behind", |m: &Self, s: &State| {
+                !m.liveness_due(s) || Self::nodes_held(s)
+            }),
         ]
     }
 }
 
 impl ElectionModel {
+    /// Every node at the quorum leader, in every election, belongs to a session the quorum
+    /// leader holds alive: its owner's current session, not yet expired (ZooKeeper expires a
+    /// session and deletes its ephemeral nodes in one transaction, `closeSession`).
+    fn nodes_of_live_sessions(s: &State) -> bool {
+        let live = |n: &Node| {
+            s.sessions
+                .get(n.owner as usize)
+                .is_some_and(|x| x.alive && x.epoch == n.epoch)
+        };
+        s.nodes.iter().all(live) && s.parked.iter().all(|p| p.nodes.iter().all(live))
+    }
+
+    /// Every node at the quorum leader, in every election, is the node its owner's contender
+    /// holds in that election: none is left behind by a create whose reply was lost (so a live
+    /// session owns at most one node per election).
+    fn nodes_held(s: &State) -> bool {
+        let held = |n: &Node, node: Option<u8>| node == Some(n.seq);
+        s.nodes.iter().all(|n| {
+            s.clients
+                .get(n.owner as usize)
+                .is_some_and(|cl| held(n, cl.node))
+        }) && s.parked.iter().all(|p| {
+            p.nodes
+                .iter()
+                .all(|n| p.cts.get(n.owner as usize).is_some_and(|ct| held(n, ct.1)))
+        })
+    }
+
     /// Every step but `Tick`.
     fn protocol_actions(&self, s: &State, actions: &mut Vec<Action>) {
         if s.cut {
@@ -1143,6 +1282,15 @@ impl ElectionModel {
                 if cl.server.other() == Server::L || !s.cut {
                     actions.push(Action::Reconnect(c));
                 }
+            }
+            if Self::awaits_listing(s, i) {
+                // The answer may be handled before or after the client hears that its session
+                // expired; the contender takes no other step while it awaits it.
+                actions.push(Action::HandleListing(c));
+                if !sess.alive && reach {
+                    actions.push(Action::SessionExpired(c));
+                }
+                continue;
             }
             if !sess.alive && reach {
                 actions.push(Action::SessionExpired(c));
@@ -1186,7 +1334,7 @@ impl ElectionModel {
                 }
                 Phase::List => {
                     if answers {
-                        actions.push(Action::List(c));
+                        actions.push(self.list_action(c));
                     }
                 }
                 Phase::First => {
@@ -1199,7 +1347,7 @@ impl ElectionModel {
                         actions.push(Action::PredDeleted(c));
                     } else if wconn != cl.conn && answers {
                         // After a reconnect the contender lists again.
-                        actions.push(Action::List(c));
+                        actions.push(self.list_action(c));
                     }
                 }
                 Phase::Relinquish => {
@@ -1224,7 +1372,9 @@ impl ElectionModel {
                 }
             }
             if let Some(own) = cl.node {
-                let watched = !matches!(cl.phase, Phase::Idle | Phase::Lost);
+                // The watch on our node is the session's (see `Claim`).
+                let watched = !matches!(cl.phase, Phase::Idle | Phase::Lost)
+                    && cl.node_epoch == s.sessions[i].epoch;
                 if watched && !view.iter().any(|n| n.seq == own) {
                     actions.push(Action::OwnNodeGone(c));
                 }
@@ -1368,15 +1518,17 @@ impl ElectionModel {
             Action::Claim(c) => {
                 let c = c as usize;
                 let cl = &s.clients[c];
+                let own_session = cl.node_epoch == s.sessions[c].epoch;
                 // Events already delivered are seen before the next step: a node that is gone
-                // fired the watch on it.
+                // fired the watch on it. The watch is the session's: ZooKeeper drops a
+                // session's watches when it expires, so a node of an earlier session has none.
                 let view = self.view(&s, cl.server);
-                if !cl.node.is_some_and(|own| view.iter().any(|n| n.seq == own)) {
+                let present = cl.node.is_some_and(|own| view.iter().any(|n| n.seq == own));
+                if own_session && !present {
                     s.clients[c].node = None;
                     s.clients[c].phase = Phase::Idle;
                     return Some(s);
                 }
-                let own_session = cl.node_epoch == s.sessions[c].epoch;
                 if !own_session && self.on(Rule::NoClaimFromNodeOfEarlierSession) {
                     // The node of an earlier session is deleted and replaced.
                     if let Some(n) = cl.node {
@@ -1471,6 +1623,34 @@ impl ElectionModel {
             Action::SessionExpired(c) => {
                 let c = c as usize;
                 self.new_session(&mut s, c);
+            }
+            Action::SendList(c) => {
+                let c = c as usize;
+                Self::touch(&mut s, c);
+                let cl = &s.clients[c];
+                let listing = Listing {
+                    children: self.view(&s, cl.server).to_vec(),
+                    epoch: s.sessions[c].epoch,
+                    conn: cl.conn,
+                };
+                *s.listings.get_mut(c)? = Some(listing);
+            }
+            Action::HandleListing(c) => {
+                let c = c as usize;
+                let listing = s.listings.get_mut(c)?.take()?;
+                if listing.epoch != s.sessions[c].epoch
+                    && self.on(Rule::NoClaimFromNodeOfEarlierSession)
+                {
+                    // Answered on an earlier session: dropped (the new session's contender
+                    // has started over).
+                    return Some(s);
+                }
+                let cl = &s.clients[c];
+                let phase = self.standing_in(&listing.children, cl.node, listing.conn);
+                if phase == Phase::Idle {
+                    s.clients[c].node = None;
+                }
+                s.clients[c].phase = phase;
             }
         }
         Some(s)

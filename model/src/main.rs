@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! check [--mutate RULE] [--max-depth D] [--clients N] [--horizon H] [--budget B]
-//!       [--late-own-event] [--slots S] [--pool]
+//!       [--late-own-event] [--slots S] [--pool] [--in-flight]
 //! check --list-mutations
 //! replay FILE
 //! ```
@@ -11,11 +11,13 @@
 //! property's name and the counterexample's steps; it exits 0 when K = 0, 1 otherwise, 2 on a
 //! usage error. Without `--mutate` and without a configuration flag it checks the default
 //! configurations one after another (the election's, the scheduled job's, the job's with 3
-//! clients, LeaderPool's) and the three
+//! clients, LeaderPool's, the election's with answers in flight) and the three
 //! lines carry the totals: the states summed, the greatest depth, the violations summed; each
 //! configuration's figures go to stderr. A job rule's mutation, or `--slots S` (S > 0), checks
 //! the job's configuration ([`Config::job`]) with the flags given; a pool rule's mutation, or
-//! `--pool`, LeaderPool's ([`Config::pool`]).
+//! `--pool`, LeaderPool's ([`Config::pool`]). `--in-flight` ([`Config::in_flight`]) lets a
+//! listing's answer be handled after it was sent; the mutation of a rule that needs it
+//! ([`Rule::needs_in_flight`]) turns it on.
 //!
 //! `replay` validates one recorded trial history (format 1, see `trace`) against the model's
 //! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
@@ -37,7 +39,7 @@ fn usage(msg: &str) -> ExitCode {
     eprintln!("error: {msg}");
     eprintln!(
         "usage: zookeeper-recipes-model check [--mutate RULE] [--max-depth D] [--clients N] \
-         [--horizon H] [--budget B] [--late-own-event] [--slots S] [--pool] \
+         [--horizon H] [--budget B] [--late-own-event] [--slots S] [--pool] [--in-flight] \
          | check --list-mutations \
          | replay FILE"
     );
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
     let mut slots = None;
     let mut late_own_event = false;
     let mut pool = false;
+    let mut in_flight = false;
     let mut depth = DEFAULT_MAX_DEPTH;
     let mut list = false;
     while let Some(flag) = args.next() {
@@ -100,6 +103,10 @@ fn main() -> ExitCode {
                 pool = true;
                 Ok(())
             }
+            "--in-flight" => {
+                in_flight = true;
+                Ok(())
+            }
             other => Err(format!("unknown flag {other:?}")),
         };
         if let Err(msg) = parsed {
@@ -123,11 +130,16 @@ fn main() -> ExitCode {
         || budget.is_some()
         || slots.is_some()
         || late_own_event
-        || pool;
+        || pool
+        || in_flight;
     let pool = pool || mutation.is_some_and(Rule::is_pool);
     if pool && (slots.is_some_and(|n| n > 0) || mutation.is_some_and(Rule::is_job)) {
         return usage("the pool's configuration has no scheduled job (--slots 0)");
     }
+    if pool && in_flight {
+        return usage("the pool's configuration has no answers in flight (no --in-flight)");
+    }
+    let in_flight = in_flight || (!pool && mutation.is_some_and(Rule::needs_in_flight));
     let job = slots.map_or(mutation.is_some_and(Rule::is_job), |n| n > 0);
     if slots == Some(0) && mutation.is_some_and(Rule::is_job) {
         return usage("a job rule's mutation needs the job (--slots 1 or 2)");
@@ -152,10 +164,12 @@ fn main() -> ExitCode {
             config.slots = n;
         }
         config.late_own_event = late_own_event;
+        config.in_flight = in_flight && !pool;
         config
     };
     let configs = if mutation.is_none() && !flagged {
-        // The election's, the job's, the job's with a third contender, and LeaderPool's.
+        // The election's, the job's, the job's with a third contender, LeaderPool's, and the
+        // election's with answers in flight.
         vec![
             build(false, false),
             build(true, false),
@@ -164,6 +178,10 @@ fn main() -> ExitCode {
                 ..build(true, false)
             },
             build(false, true),
+            Config {
+                in_flight: true,
+                ..build(false, false)
+            },
         ]
     } else {
         vec![build(job && !pool, pool)]
@@ -178,7 +196,7 @@ fn main() -> ExitCode {
     for config in configs {
         eprintln!(
             "config: clients {}, horizon {} ticks, timeout {} ticks, fault budget {}, mutation {}, \
-             late own-node event {}, slots {}{}",
+             late own-node event {}, slots {}{}{}",
             config.clients,
             config.horizon,
             zookeeper_recipes_model::TIMEOUT,
@@ -190,6 +208,11 @@ fn main() -> ExitCode {
                 format!(", pool jobs {}", config.pool_jobs)
             } else {
                 String::new()
+            },
+            if config.in_flight {
+                ", answers in flight"
+            } else {
+                ""
             }
         );
         let started = Instant::now();
