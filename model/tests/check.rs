@@ -66,9 +66,9 @@ fn the_claim_on_the_event_is_safe_even_when_the_own_nodes_event_comes_late() {
 /// Each election rule's mutation (the contender core and the lease, `recipes/leader-latch.md`,
 /// `recipes/mutex.md`): the property its counterexample breaks first, and the counterexample's
 /// length (the shortest, breadth first, in the election's default configuration; 3 clients for
-/// the rule that needs a waiter two places back), checked with the tightest depth bound that
+/// the rule that needs a waiter two places back, answers in flight for CURATOR-696's), checked with the tightest depth bound that
 /// finds it (`steps + 2`, as for the job's).
-const ELECTION_COUNTEREXAMPLES: [(Rule, &str, usize); 10] = [
+const ELECTION_COUNTEREXAMPLES: [(Rule, &str, usize); 11] = [
     (Rule::LeaseNeedsLaterSync, "at most one valid term", 9),
     (
         Rule::LeaseAdvancesToEarlierTouch,
@@ -94,7 +94,16 @@ const ELECTION_COUNTEREXAMPLES: [(Rule, &str, usize); 10] = [
         "a leader eventually",
         16,
     ),
-    (Rule::ExpireDeletesEphemerals, "a leader eventually", 18),
+    (
+        Rule::NoClaimFromNodeOfEarlierSession,
+        "at most one valid term",
+        14,
+    ),
+    (
+        Rule::ExpireDeletesEphemerals,
+        "no node outlives its session",
+        6,
+    ),
 ];
 
 #[test]
@@ -266,10 +275,13 @@ fn each_breaks_its_property_within_its_depth_bound(table: &[(Rule, &str, usize)]
 /// The text of `model/counterexamples/RULE.txt`: how to reproduce it, the property it breaks,
 /// and the steps as `check` prints them.
 fn counterexample_file(rule: Rule, property: &str, steps: &[String]) -> String {
-    let clients = match rule.clients_needed() {
+    let mut clients = match rule.clients_needed() {
         2 => String::new(),
         n => format!(" --clients {n}"),
     };
+    if rule.needs_in_flight() {
+        clients.push_str(" --in-flight");
+    }
     let mut text = format!(
         "# The shortest counterexample with `{name}` switched off (breadth first, in its default\n\
          # configuration; model/README.md names it). Reproduce it with\n\
