@@ -21,6 +21,7 @@ use stateright::{Model, Property};
 
 mod job;
 mod pool;
+mod quorum;
 pub mod trace;
 
 pub use job::{Job, MAX_ATTEMPTS, MAX_SLOTS, RETRIES, Record, Run, SlotState, due};
@@ -111,11 +112,22 @@ pub enum Rule {
     /// LeaderPool: the coordinator reads the members again whenever they change (its watch on
     /// the membership) and rewrites the assignment. Mutated: it reads them once per term.
     CoordinatorFollowsMembership,
+    /// A quorum leader that is replaced ([`Config::leader_change`]): an answered `sync` `k`
+    /// proves an earlier touch `j` only if `k` was sent at least the relay allowance (1 tick)
+    /// after `j` was answered (`QuorumProof::record`), which covers a quorum leader that has
+    /// lost its followers and still answers `sync` for the stale window. Mutated: an allowance
+    /// of 0 (any earlier answered touch is proven).
+    ProofWaitsRelayAllowance,
+    /// A quorum leader that is replaced: "expired" is believed only when it is said twice, a
+    /// tick apart (`recipes/leader-latch.md`, "A lapsed lease ends terms, not the session").
+    /// Mutated: the first "expired", which a stale quorum leader may say for a session the new
+    /// quorum keeps, is believed (Curator's behaviour): the session and its nodes are given up.
+    ExpiredBelievedWhenSaidTwice,
 }
 
 impl Rule {
     /// Every rule, in the order `--list-mutations` prints them.
-    pub const ALL: [Rule; 23] = [
+    pub const ALL: [Rule; 25] = [
         Rule::LeaseNeedsLaterSync,
         Rule::LeaseAdvancesToEarlierTouch,
         Rule::TermStartsOnProvenLease,
@@ -139,6 +151,8 @@ impl Rule {
         Rule::AssignmentWriteChecksVersion,
         Rule::ReleaseJobsAssignedAway,
         Rule::CoordinatorFollowsMembership,
+        Rule::ProofWaitsRelayAllowance,
+        Rule::ExpiredBelievedWhenSaidTwice,
     ];
 
     /// The rule's kebab-case name.
@@ -167,6 +181,8 @@ impl Rule {
             Rule::AssignmentWriteChecksVersion => "assignment-write-checks-version",
             Rule::ReleaseJobsAssignedAway => "release-jobs-assigned-away",
             Rule::CoordinatorFollowsMembership => "coordinator-follows-membership",
+            Rule::ProofWaitsRelayAllowance => "proof-waits-relay-allowance",
+            Rule::ExpiredBelievedWhenSaidTwice => "expired-believed-when-said-twice",
         }
     }
 
@@ -198,6 +214,15 @@ impl Rule {
                 | Rule::AssignmentWriteChecksVersion
                 | Rule::ReleaseJobsAssignedAway
                 | Rule::CoordinatorFollowsMembership
+        )
+    }
+
+    /// A rule of a quorum leader that is replaced: its mutation is checked in the leader-change
+    /// configuration ([`Config::leader_change`]).
+    pub fn is_leader_change(self) -> bool {
+        matches!(
+            self,
+            Rule::ProofWaitsRelayAllowance | Rule::ExpiredBelievedWhenSaidTwice
         )
     }
 
@@ -299,7 +324,17 @@ pub struct Client {
     /// The lease's deadline: a term is valid while `now < lease`.
     pub lease: u8,
     /// The send time of the newest answered touch (ping, `sync`, reconnect) not yet proven.
+    /// With [`Config::leader_change`]: of the newest answered at a tick boundary (a heartbeat).
     pub unproven: Option<u8>,
+    /// With [`Config::leader_change`]: the send time (tick) of the newest touch answered inside
+    /// a tick (a reconnect, a heartbeat to a stale quorum leader between ticks) not yet proven;
+    /// it was answered later than the tick began (see `quorum.rs`). Always `None` without.
+    pub unproven_mid: Option<u8>,
+    /// Heard "expired" once, at this tick, from a stale quorum leader: the client has no
+    /// connection and asks again a tick later.
+    pub doubt: Option<u8>,
+    /// Sent its heartbeat between ticks to a stale quorum leader in this tick.
+    pub hb_mid: bool,
 }
 
 /// The whole world.
@@ -371,6 +406,22 @@ pub struct State {
     pub cterms: u8,
     /// Ghost: an assignment write landed from a coordinator whose term was not the newest.
     pub stale_assign: bool,
+    /// [`Config::leader_change`]: the tick at which `L` lost its followers (`IsolateLeader`).
+    pub isolated: Option<u8>,
+    /// `F` has been elected quorum leader (after `isolated`).
+    pub elected: bool,
+    /// The isolated `L` has stepped down and dropped its clients (it is gone from the model).
+    pub l_gone: bool,
+    /// `L`'s store as it was at the isolation: what the stale `L` answers reads from.
+    pub l_view: Option<Vec<Node>>,
+    /// The stale `L`'s session tracker: the last time it heard of each session (empty until
+    /// the isolation).
+    pub l_touch: Vec<u8>,
+    /// The sessions the stale `L`'s tracker expired (a bit per client): it says "expired" for
+    /// them, and nothing commits.
+    pub l_expired: u8,
+    /// Ghost: a client gave up a session that the quorum had not expired.
+    pub gave_up_live: bool,
 }
 
 /// One step of the world.
@@ -436,6 +487,23 @@ pub enum Action {
     PoolRead(u8),
     /// LeaderPool: the coordinator writes the assignment (a fenced multi).
     PoolWrite(u8),
+    /// [`Config::leader_change`]: `L` loses its followers (fault). It believes it leads for
+    /// the stale window (1 tick): it answers reads, pings and `sync` from its own state, and no
+    /// write lands anywhere until the quorum (`F` and the unmodelled third server) elects `F`:
+    /// at once (`true`) or at the next tick boundary (`false`). The new leader's store is the
+    /// committed state, and every live session gets a fresh timeout from the election.
+    IsolateLeader(bool),
+    /// The stale `L` notices that it lost its quorum: it steps down and drops its clients.
+    StepDown,
+    /// A client on the stale `L` sends a heartbeat (`sync`) between ticks (the implementation
+    /// sends them every `T/8`, twice a model tick).
+    StaleHeartbeat(u8),
+    /// A client on the stale `L` hears "expired" from its session tracker, for a session the
+    /// new quorum may keep.
+    HearStaleExpired(u8),
+    /// A client without a connection (dropped by the stepped-down `L`, or asking again a tick
+    /// after a first "expired") connects to `F`.
+    Redial(u8),
 }
 
 /// The model's configuration.
@@ -464,6 +532,11 @@ pub struct Config {
     /// LeaderPool's jobs (0: no pool; else [`POOL_JOBS`]). With the pool the election is the
     /// membership latch, whose leader is the coordinator, and each job has its own election.
     pub pool_jobs: u8,
+    /// The ensemble's third server, implicitly: the quorum is `F` and an unmodelled third
+    /// server, so `L` can lose its quorum (`IsolateLeader`) and be replaced by `F`; the lease's
+    /// relay allowance (1 tick) applies. Off: `L` never changes and the allowance is 0 (the FIFO
+    /// link stands for it). Election configuration only (no job, no pool).
+    pub leader_change: bool,
 }
 
 impl Default for Config {
@@ -478,6 +551,7 @@ impl Default for Config {
             late_own_event: false,
             slots: 0,
             pool_jobs: 0,
+            leader_change: false,
         }
     }
 }
@@ -491,6 +565,17 @@ impl Config {
             budget: 1,
             max_nodes: 8,
             pool_jobs: POOL_JOBS as u8,
+            ..Config::default()
+        }
+    }
+
+    /// The leader-change configuration: the election's, 2 clients, with a quorum leader that is
+    /// replaced ([`Config::leader_change`]), horizon 6, fault budget 2.
+    pub fn leader_change() -> Self {
+        Config {
+            horizon: 6,
+            budget: 2,
+            leader_change: true,
             ..Config::default()
         }
     }
@@ -526,6 +611,9 @@ impl ElectionModel {
 
     /// The children as `server` answers a read.
     fn view<'a>(&self, s: &'a State, server: Server) -> &'a [Node] {
+        if let (Server::L, Some(v)) = (server, &s.l_view) {
+            return v;
+        }
         match (server, &s.f_view) {
             (Server::F, Some(v)) => v,
             _ => &s.nodes,
@@ -534,6 +622,10 @@ impl ElectionModel {
 
     /// `server` can carry a write or a `sync` to `L`.
     fn reaches_leader(s: &State, server: Server) -> bool {
+        if s.isolated.is_some() {
+            // Only the elected `F` commits: the stale `L` has no quorum.
+            return server == Server::F && s.elected;
+        }
         server == Server::L || !s.cut
     }
 
@@ -560,6 +652,7 @@ impl ElectionModel {
                     | Action::EndTerm(_)
                     | Action::SessionExpired(_)
                     | Action::Relinquish(_)
+                    | Action::Redial(_)
             ) || self.job_urgent(s, a)
                 || self.pool_urgent(a)
         })
@@ -573,12 +666,19 @@ impl ElectionModel {
                 || s.clients
                     .iter()
                     .any(|c| matches!(c.phase, Phase::Idle | Phase::Lost)));
-        let healed = !s.cut && s.clients.iter().all(|c| !c.frozen) && !s.late_fault;
+        let healed = !s.cut
+            && s.clients.iter().all(|c| !c.frozen)
+            && !s.late_fault
+            && self.quorum_settled(s);
         s.now == self.config.horizon && healed && !bound_hit && !self.urgent(s)
     }
 
     /// Touches the client's session at its server: at `L` at once, at `F` pending a relay.
     fn touch(s: &mut State, c: usize) {
+        if s.isolated.is_some() {
+            Self::touch_isolated(s, c);
+            return;
+        }
         let server = s.clients[c].server;
         let now = s.now;
         let sess = &mut s.sessions[c];
@@ -686,6 +786,8 @@ impl ElectionModel {
         cl.conn += 1;
         cl.lease = now + TIMEOUT;
         cl.unproven = None;
+        cl.unproven_mid = None;
+        cl.doubt = None;
         if self.on(Rule::NoClaimFromNodeOfEarlierSession) || cl.node.is_none() {
             cl.node = None;
             cl.phase = Phase::Idle;
@@ -764,12 +866,32 @@ impl ElectionModel {
         match *action {
             Action::Tick => {
                 let _ = write!(out, "time passes: t={}", a.now);
+                if !before.elected && a.elected {
+                    let _ = write!(
+                        out,
+                        "; the quorum elects F: every live session's timeout starts afresh at t={}",
+                        a.now
+                    );
+                }
                 for (c, (was, is)) in before.sessions.iter().zip(&a.sessions).enumerate() {
                     if was.alive && !is.alive {
                         let _ = write!(
                             out,
-                            "; L expires client {c}'s session s{} (last heard of at t={})",
-                            was.epoch, was.last_touch
+                            "; {} expires client {c}'s session s{} (last heard of at t={})",
+                            if a.elected {
+                                "F, the new quorum leader,"
+                            } else {
+                                "L"
+                            },
+                            was.epoch,
+                            was.last_touch
+                        );
+                    }
+                    if before.l_expired & (1 << c) == 0 && a.l_expired & (1 << c) != 0 {
+                        let _ = write!(
+                            out,
+                            "; the stale L's tracker expires client {c}'s session (nothing \
+                             commits)"
                         );
                     }
                 }
@@ -963,6 +1085,14 @@ impl ElectionModel {
                     rec(&a, i)
                 );
             }
+            Action::IsolateLeader(_)
+            | Action::StepDown
+            | Action::StaleHeartbeat(_)
+            | Action::HearStaleExpired(_)
+            | Action::Redial(_) => {
+                let phase_of = |c: u8| phase(&a, c as usize);
+                out = self.describe_quorum(before, &a, *action, phase_of);
+            }
         }
         out
     }
@@ -996,6 +1126,9 @@ impl Model for ElectionModel {
                     node_epoch: 0,
                     lease: TIMEOUT,
                     unproven: None,
+                    unproven_mid: None,
+                    doubt: None,
+                    hb_mid: false,
                 })
                 .collect();
             inits.push(State {
@@ -1041,6 +1174,13 @@ impl Model for ElectionModel {
                 replicas: replicas.clone(),
                 cterms: 0,
                 stale_assign: false,
+                isolated: None,
+                elected: false,
+                l_gone: false,
+                l_view: None,
+                l_touch: Vec::new(),
+                l_expired: 0,
+                gave_up_live: false,
             });
         }
         inits
@@ -1054,7 +1194,7 @@ impl Model for ElectionModel {
             // README.md, "LeaderPool").
             actions.retain(|a| !matches!(a, Action::Freeze(_) | Action::Reconnect(_)));
         }
-        if s.now < self.config.horizon && !urgent {
+        if s.now < self.config.horizon && !urgent && !self.quorum_due(s) {
             actions.push(Action::Tick);
         }
     }
@@ -1112,6 +1252,10 @@ impl Model for ElectionModel {
                 "no member leads more than its share",
                 |m: &Self, s: &State| !m.pool_on() || !m.liveness_due(s) || m.pool_settled(s).1,
             ),
+            Property::always(
+                "a session is given up only once the quorum expired it",
+                |_: &Self, s: &State| !s.gave_up_live,
+            ),
         ]
     }
 }
@@ -1119,13 +1263,16 @@ impl Model for ElectionModel {
 impl ElectionModel {
     /// Every step but `Tick`.
     fn protocol_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if self.config.leader_change {
+            self.quorum_actions(s, actions);
+        }
         if s.cut {
             actions.push(Action::Heal);
-        } else if s.budget > 0 && !self.pool_on() {
+        } else if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
             // The pool's configuration has freezes and reconnects for faults (see README.md).
             actions.push(Action::Cut);
         }
-        if s.budget > 0 && !self.pool_on() {
+        if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
             for n in s.nodes.iter().skip(1) {
                 actions.push(Action::ForeignDelete(n.seq));
             }
@@ -1138,9 +1285,16 @@ impl ElectionModel {
             }
             let sess = &s.sessions[i];
             let reach = Self::reaches_leader(s, cl.server);
+            if self.config.leader_change && self.quorum_client_actions(s, i, actions) {
+                continue;
+            }
             if s.budget > 0 {
                 actions.push(Action::Freeze(c));
-                if cl.server.other() == Server::L || !s.cut {
+                if self.config.leader_change {
+                    if self.revalidates(s, cl.server.other(), i) {
+                        actions.push(Action::Reconnect(c));
+                    }
+                } else if cl.server.other() == Server::L || !s.cut {
                     actions.push(Action::Reconnect(c));
                 }
             }
@@ -1169,12 +1323,16 @@ impl ElectionModel {
         {
             // A server answers pings and reads for a session it believes alive: `L` knows, a
             // cut-off `F` does not.
-            let answers = sess.alive || (cl.server == Server::F && s.cut);
+            let answers = if s.isolated.is_some() {
+                self.answers_isolated(s, i)
+            } else {
+                sess.alive || (cl.server == Server::F && s.cut)
+            };
             match cl.phase {
                 Phase::Idle => {
                     if sess.alive && reach && s.next_seq < self.config.max_nodes {
                         actions.push(Action::Join(c));
-                        if s.budget > 0 && !self.pool_on() {
+                        if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
                             actions.push(Action::JoinReplyLost(c));
                         }
                     }
@@ -1288,6 +1446,13 @@ impl ElectionModel {
                 self.delete(&mut s, seq);
                 s.budget -= 1;
                 s.late_fault |= late;
+            }
+            Action::Reconnect(c) if self.config.leader_change => {
+                s.budget -= 1;
+                s.late_fault |= late;
+                let c = c as usize;
+                let to = s.clients[c].server.other();
+                self.quorum_connect(&mut s, c, to);
             }
             Action::Reconnect(c) => {
                 let c = c as usize;
@@ -1472,6 +1637,11 @@ impl ElectionModel {
                 let c = c as usize;
                 self.new_session(&mut s, c);
             }
+            Action::IsolateLeader(_)
+            | Action::StepDown
+            | Action::StaleHeartbeat(_)
+            | Action::HearStaleExpired(_)
+            | Action::Redial(_) => self.quorum_step(&mut s, action, late),
         }
         Some(s)
     }
@@ -1482,6 +1652,10 @@ impl ElectionModel {
     /// touch with `L`, which proves the newest earlier answered touch, or a ping to a cut-off
     /// `F`, which proves nothing.
     fn tick(&self, s: &mut State) {
+        if self.config.leader_change {
+            self.quorum_tick(s);
+            return;
+        }
         if !s.cut {
             Self::relay(s);
         }

@@ -256,10 +256,10 @@ fn two_coordinators_are_caught_by_the_assignment_property() {
 }
 
 #[test]
-fn the_unmutated_leader_change_has_no_violation_at_a_small_horizon() {
+fn the_unmutated_leader_change_has_no_violation_at_budget_1() {
     let report = check(
         Config {
-            horizon: 6,
+            budget: 1,
             ..Config::leader_change()
         },
         60,
@@ -276,11 +276,11 @@ fn the_unmutated_leader_change_has_no_violation_at_a_small_horizon() {
 /// counterexample's length (the shortest, breadth first, in [`Config::leader_change`]), checked
 /// with the tightest depth bound that finds it (`steps + 2`, as for the job's).
 const LEADER_CHANGE_COUNTEREXAMPLES: [(Rule, &str, usize); 2] = [
-    (Rule::ProofWaitsRelayAllowance, "at most one valid term", 0),
+    (Rule::ProofWaitsRelayAllowance, "at most one valid term", 12),
     (
         Rule::ExpiredBelievedWhenSaidTwice,
         "a session is given up only once the quorum expired it",
-        0,
+        10,
     ),
 ];
 
