@@ -11,7 +11,9 @@
 //! records, cursor, claims, ends, retries and cut-off slots, every write a fenced `multi`. With
 //! [`Config::pool_jobs`] > 0 the election is LeaderPool's membership latch, whose leader
 //! coordinates, and each of the pool's jobs is another election of the same core
-//! (`recipes/leader-pool.md`; see the `pool` module). See
+//! (`recipes/leader-pool.md`; see the `pool` module). With [`Config::leader_change`] the quorum
+//! is `F` and an unmodelled third server: `L` can lose its followers, answer for a stale window
+//! and be replaced by `F` (see the `quorum` module). See
 //! `README.md` for what is and is not modelled, and for every rule that can be switched off
 //! ([`Rule`]).
 
