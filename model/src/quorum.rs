@@ -3,10 +3,10 @@
 //! `L` can lose its followers (`IsolateLeader`, a fault). For the *stale window* (1 tick) it
 //! still believes it leads: it answers reads, pings and `sync` from its own state, and its
 //! session tracker expires sessions nobody touched at it, but no write lands (writes need the
-//! quorum). The quorum elects `F` within that window (`IsolateLeader`'s flag: at once, or at the next tick boundary); the new leader's store is the
-//! committed state (what `L` had at the isolation: nothing landed since) and its session tracker
-//! gives every live session a fresh timeout from the election (`last_touch = now`), as
-//! ZooKeeper's new leader does. `L` then steps down (`StepDown`) and drops its clients, which
+//! quorum). The quorum elects `F` within that window (`IsolateLeader`'s flag: at once, or at
+//! the next tick boundary); the new leader's store is the committed state (what `L` had at the
+//! isolation: nothing landed since) and its session tracker gives every live session a fresh
+//! timeout from the election (`last_touch = now`), as ZooKeeper's new leader does. `L` then steps down (`StepDown`) and drops its clients, which
 //! connect to `F` (`Redial`); `L` is gone from the model (the smallest world that shows the
 //! rules: a rejoining follower adds nothing the cut-off `F` does not already show).
 //!
