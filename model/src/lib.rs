@@ -11,7 +11,9 @@
 //! records, cursor, claims, ends, retries and cut-off slots, every write a fenced `multi`. With
 //! [`Config::pool_jobs`] > 0 the election is LeaderPool's membership latch, whose leader
 //! coordinates, and each of the pool's jobs is another election of the same core
-//! (`recipes/leader-pool.md`; see the `pool` module). See
+//! (`recipes/leader-pool.md`; see the `pool` module). With [`Config::leader_change`] the quorum
+//! is `F` and an unmodelled third server: `L` can lose its followers, answer for a stale window
+//! and be replaced by `F` (see the `quorum` module). See
 //! `README.md` for what is and is not modelled, and for every rule that can be switched off
 //! ([`Rule`]).
 
@@ -21,6 +23,7 @@ use stateright::{Model, Property};
 
 mod job;
 mod pool;
+mod quorum;
 pub mod trace;
 
 pub use job::{Job, MAX_ATTEMPTS, MAX_SLOTS, RETRIES, Record, Run, SlotState, due};
@@ -113,11 +116,22 @@ pub enum Rule {
     /// LeaderPool: the coordinator reads the members again whenever they change (its watch on
     /// the membership) and rewrites the assignment. Mutated: it reads them once per term.
     CoordinatorFollowsMembership,
+    /// A quorum leader that is replaced ([`Config::leader_change`]): an answered `sync` `k`
+    /// proves an earlier touch `j` only if `k` was sent at least the relay allowance (1 tick)
+    /// after `j` was answered (`QuorumProof::record`), which covers a quorum leader that has
+    /// lost its followers and still answers `sync` for the stale window. Mutated: an allowance
+    /// of 0 (any earlier answered touch is proven).
+    ProofWaitsRelayAllowance,
+    /// A quorum leader that is replaced: "expired" is believed only when it is said twice, a
+    /// tick apart (`recipes/leader-latch.md`, "A lapsed lease ends terms, not the session").
+    /// Mutated: the first "expired", which a stale quorum leader may say for a session the new
+    /// quorum keeps, is believed (Curator's behaviour): the session and its nodes are given up.
+    ExpiredBelievedWhenSaidTwice,
 }
 
 impl Rule {
     /// Every rule, in the order `--list-mutations` prints them.
-    pub const ALL: [Rule; 23] = [
+    pub const ALL: [Rule; 25] = [
         Rule::LeaseNeedsLaterSync,
         Rule::LeaseAdvancesToEarlierTouch,
         Rule::TermStartsOnProvenLease,
@@ -141,6 +155,8 @@ impl Rule {
         Rule::AssignmentWriteChecksVersion,
         Rule::ReleaseJobsAssignedAway,
         Rule::CoordinatorFollowsMembership,
+        Rule::ProofWaitsRelayAllowance,
+        Rule::ExpiredBelievedWhenSaidTwice,
     ];
 
     /// The rule's kebab-case name.
@@ -169,6 +185,8 @@ impl Rule {
             Rule::AssignmentWriteChecksVersion => "assignment-write-checks-version",
             Rule::ReleaseJobsAssignedAway => "release-jobs-assigned-away",
             Rule::CoordinatorFollowsMembership => "coordinator-follows-membership",
+            Rule::ProofWaitsRelayAllowance => "proof-waits-relay-allowance",
+            Rule::ExpiredBelievedWhenSaidTwice => "expired-believed-when-said-twice",
         }
     }
 
@@ -207,6 +225,15 @@ impl Rule {
     /// ([`Config::in_flight`]): a listing answered on the old session and handled on the new.
     pub fn needs_in_flight(self) -> bool {
         matches!(self, Rule::NoClaimFromNodeOfEarlierSession)
+    }
+
+    /// A rule of a quorum leader that is replaced: its mutation is checked in the leader-change
+    /// configuration ([`Config::leader_change`]).
+    pub fn is_leader_change(self) -> bool {
+        matches!(
+            self,
+            Rule::ProofWaitsRelayAllowance | Rule::ExpiredBelievedWhenSaidTwice
+        )
     }
 
     /// The number of clients the smallest configuration that can show this rule's mutation
@@ -307,7 +334,17 @@ pub struct Client {
     /// The lease's deadline: a term is valid while `now < lease`.
     pub lease: u8,
     /// The send time of the newest answered touch (ping, `sync`, reconnect) not yet proven.
+    /// With [`Config::leader_change`]: of the newest answered at a tick boundary (a heartbeat).
     pub unproven: Option<u8>,
+    /// With [`Config::leader_change`]: the send time (tick) of the newest touch answered inside
+    /// a tick (a reconnect, a heartbeat to a stale quorum leader between ticks) not yet proven;
+    /// it was answered later than the tick began (see `quorum.rs`). Always `None` without.
+    pub unproven_mid: Option<u8>,
+    /// Heard "expired" once, at this tick, from a stale quorum leader: the client has no
+    /// connection and asks again a tick later.
+    pub doubt: Option<u8>,
+    /// Sent its heartbeat between ticks to a stale quorum leader in this tick.
+    pub hb_mid: bool,
 }
 
 /// The whole world.
@@ -381,6 +418,22 @@ pub struct State {
     pub stale_assign: bool,
     /// Each client's listing in flight (empty without [`Config::in_flight`]).
     pub listings: Vec<Option<Listing>>,
+    /// [`Config::leader_change`]: the tick at which `L` lost its followers (`IsolateLeader`).
+    pub isolated: Option<u8>,
+    /// `F` has been elected quorum leader (after `isolated`).
+    pub elected: bool,
+    /// The isolated `L` has stepped down and dropped its clients (it is gone from the model).
+    pub l_gone: bool,
+    /// `L`'s store as it was at the isolation: what the stale `L` answers reads from.
+    pub l_view: Option<Vec<Node>>,
+    /// The stale `L`'s session tracker: the last time it heard of each session (empty until
+    /// the isolation).
+    pub l_touch: Vec<u8>,
+    /// The sessions the stale `L`'s tracker expired (a bit per client): it says "expired" for
+    /// them, and nothing commits.
+    pub l_expired: u8,
+    /// Ghost: a client gave up a session that the quorum had not expired.
+    pub gave_up_live: bool,
 }
 
 /// A listing's answer on its way to the contender ([`Config::in_flight`]): the server answered
@@ -464,6 +517,23 @@ pub enum Action {
     /// With [`Config::in_flight`]: the contender handles the answer to its listing (possibly
     /// after its session expired and a new one was opened).
     HandleListing(u8),
+    /// [`Config::leader_change`]: `L` loses its followers (fault). It believes it leads for
+    /// the stale window (1 tick): it answers reads, pings and `sync` from its own state, and no
+    /// write lands anywhere until the quorum (`F` and the unmodelled third server) elects `F`:
+    /// at once (`true`) or at the next tick boundary (`false`). The new leader's store is the
+    /// committed state, and every live session gets a fresh timeout from the election.
+    IsolateLeader(bool),
+    /// The stale `L` notices that it lost its quorum: it steps down and drops its clients.
+    StepDown,
+    /// A client on the stale `L` sends a heartbeat (`sync`) between ticks (the implementation
+    /// sends them every `T/8`, twice a model tick).
+    StaleHeartbeat(u8),
+    /// A client on the stale `L` hears "expired" from its session tracker, for a session the
+    /// new quorum may keep.
+    HearStaleExpired(u8),
+    /// A client without a connection (dropped by the stepped-down `L`, or asking again a tick
+    /// after a first "expired") connects to `F`.
+    Redial(u8),
 }
 
 /// The model's configuration.
@@ -499,6 +569,11 @@ pub struct Config {
     /// while it is, the contender awaits it and takes no other step. Off by default; not with
     /// the pool (its elections' listings stay one step).
     pub in_flight: bool,
+    /// The ensemble's third server, implicitly: the quorum is `F` and an unmodelled third
+    /// server, so `L` can lose its quorum (`IsolateLeader`) and be replaced by `F`; the lease's
+    /// relay allowance (1 tick) applies. Off: `L` never changes and the allowance is 0 (the FIFO
+    /// link stands for it). Election configuration only (no job, no pool).
+    pub leader_change: bool,
 }
 
 impl Default for Config {
@@ -514,6 +589,7 @@ impl Default for Config {
             slots: 0,
             pool_jobs: 0,
             in_flight: false,
+            leader_change: false,
         }
     }
 }
@@ -527,6 +603,17 @@ impl Config {
             budget: 1,
             max_nodes: 8,
             pool_jobs: POOL_JOBS as u8,
+            ..Config::default()
+        }
+    }
+
+    /// The leader-change configuration: the election's, 2 clients, with a quorum leader that is
+    /// replaced ([`Config::leader_change`]), horizon 6, fault budget 2.
+    pub fn leader_change() -> Self {
+        Config {
+            horizon: 6,
+            budget: 2,
+            leader_change: true,
             ..Config::default()
         }
     }
@@ -582,6 +669,9 @@ impl ElectionModel {
 
     /// The children as `server` answers a read.
     fn view<'a>(&self, s: &'a State, server: Server) -> &'a [Node] {
+        if let (Server::L, Some(v)) = (server, &s.l_view) {
+            return v;
+        }
         match (server, &s.f_view) {
             (Server::F, Some(v)) => v,
             _ => &s.nodes,
@@ -590,6 +680,10 @@ impl ElectionModel {
 
     /// `server` can carry a write or a `sync` to `L`.
     fn reaches_leader(s: &State, server: Server) -> bool {
+        if s.isolated.is_some() {
+            // Only the elected `F` commits: the stale `L` has no quorum.
+            return server == Server::F && s.elected;
+        }
         server == Server::L || !s.cut
     }
 
@@ -618,6 +712,7 @@ impl ElectionModel {
                     | Action::Relinquish(_)
                     | Action::SendList(_)
                     | Action::HandleListing(_)
+                    | Action::Redial(_)
             ) || self.job_urgent(s, a)
                 || self.pool_urgent(a)
         })
@@ -631,12 +726,19 @@ impl ElectionModel {
                 || s.clients
                     .iter()
                     .any(|c| matches!(c.phase, Phase::Idle | Phase::Lost)));
-        let healed = !s.cut && s.clients.iter().all(|c| !c.frozen) && !s.late_fault;
+        let healed = !s.cut
+            && s.clients.iter().all(|c| !c.frozen)
+            && !s.late_fault
+            && self.quorum_settled(s);
         s.now == self.config.horizon && healed && !bound_hit && !self.urgent(s)
     }
 
     /// Touches the client's session at its server: at `L` at once, at `F` pending a relay.
     fn touch(s: &mut State, c: usize) {
+        if s.isolated.is_some() {
+            Self::touch_isolated(s, c);
+            return;
+        }
         let server = s.clients[c].server;
         let now = s.now;
         let sess = &mut s.sessions[c];
@@ -749,6 +851,8 @@ impl ElectionModel {
         cl.conn += 1;
         cl.lease = now + TIMEOUT;
         cl.unproven = None;
+        cl.unproven_mid = None;
+        cl.doubt = None;
         if self.on(Rule::NoClaimFromNodeOfEarlierSession) || cl.node.is_none() {
             cl.node = None;
             cl.phase = Phase::Idle;
@@ -827,12 +931,32 @@ impl ElectionModel {
         match *action {
             Action::Tick => {
                 let _ = write!(out, "time passes: t={}", a.now);
+                if !before.elected && a.elected {
+                    let _ = write!(
+                        out,
+                        "; the quorum elects F: every live session's timeout starts afresh at t={}",
+                        a.now
+                    );
+                }
                 for (c, (was, is)) in before.sessions.iter().zip(&a.sessions).enumerate() {
                     if was.alive && !is.alive {
                         let _ = write!(
                             out,
-                            "; L expires client {c}'s session s{} (last heard of at t={})",
-                            was.epoch, was.last_touch
+                            "; {} expires client {c}'s session s{} (last heard of at t={})",
+                            if a.elected {
+                                "F, the new quorum leader,"
+                            } else {
+                                "L"
+                            },
+                            was.epoch,
+                            was.last_touch
+                        );
+                    }
+                    if before.l_expired & (1 << c) == 0 && a.l_expired & (1 << c) != 0 {
+                        let _ = write!(
+                            out,
+                            "; the stale L's tracker expires client {c}'s session (nothing \
+                             commits)"
                         );
                     }
                 }
@@ -1063,6 +1187,14 @@ impl ElectionModel {
                     rec(&a, i)
                 );
             }
+            Action::IsolateLeader(_)
+            | Action::StepDown
+            | Action::StaleHeartbeat(_)
+            | Action::HearStaleExpired(_)
+            | Action::Redial(_) => {
+                let phase_of = |c: u8| phase(&a, c as usize);
+                out = self.describe_quorum(before, &a, *action, phase_of);
+            }
         }
         out
     }
@@ -1096,6 +1228,9 @@ impl Model for ElectionModel {
                     node_epoch: 0,
                     lease: TIMEOUT,
                     unproven: None,
+                    unproven_mid: None,
+                    doubt: None,
+                    hb_mid: false,
                 })
                 .collect();
             inits.push(State {
@@ -1146,6 +1281,13 @@ impl Model for ElectionModel {
                 } else {
                     Vec::new()
                 },
+                isolated: None,
+                elected: false,
+                l_gone: false,
+                l_view: None,
+                l_touch: Vec::new(),
+                l_expired: 0,
+                gave_up_live: false,
             });
         }
         inits
@@ -1159,7 +1301,7 @@ impl Model for ElectionModel {
             // README.md, "LeaderPool").
             actions.retain(|a| !matches!(a, Action::Freeze(_) | Action::Reconnect(_)));
         }
-        if s.now < self.config.horizon && !urgent {
+        if s.now < self.config.horizon && !urgent && !self.quorum_due(s) {
             actions.push(Action::Tick);
         }
     }
@@ -1223,6 +1365,10 @@ impl Model for ElectionModel {
             Property::always("no node is left behind", |m: &Self, s: &State| {
                 !m.liveness_due(s) || Self::nodes_held(s)
             }),
+            Property::always(
+                "a session is given up only once the quorum expired it",
+                |_: &Self, s: &State| !s.gave_up_live,
+            ),
         ]
     }
 }
@@ -1258,13 +1404,16 @@ impl ElectionModel {
 
     /// Every step but `Tick`.
     fn protocol_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if self.config.leader_change {
+            self.quorum_actions(s, actions);
+        }
         if s.cut {
             actions.push(Action::Heal);
-        } else if s.budget > 0 && !self.pool_on() {
+        } else if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
             // The pool's configuration has freezes and reconnects for faults (see README.md).
             actions.push(Action::Cut);
         }
-        if s.budget > 0 && !self.pool_on() {
+        if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
             for n in s.nodes.iter().skip(1) {
                 actions.push(Action::ForeignDelete(n.seq));
             }
@@ -1277,9 +1426,16 @@ impl ElectionModel {
             }
             let sess = &s.sessions[i];
             let reach = Self::reaches_leader(s, cl.server);
+            if self.config.leader_change && self.quorum_client_actions(s, i, actions) {
+                continue;
+            }
             if s.budget > 0 {
                 actions.push(Action::Freeze(c));
-                if cl.server.other() == Server::L || !s.cut {
+                if self.config.leader_change {
+                    if self.revalidates(s, cl.server.other(), i) {
+                        actions.push(Action::Reconnect(c));
+                    }
+                } else if cl.server.other() == Server::L || !s.cut {
                     actions.push(Action::Reconnect(c));
                 }
             }
@@ -1317,12 +1473,16 @@ impl ElectionModel {
         {
             // A server answers pings and reads for a session it believes alive: `L` knows, a
             // cut-off `F` does not.
-            let answers = sess.alive || (cl.server == Server::F && s.cut);
+            let answers = if s.isolated.is_some() {
+                self.answers_isolated(s, i)
+            } else {
+                sess.alive || (cl.server == Server::F && s.cut)
+            };
             match cl.phase {
                 Phase::Idle => {
                     if sess.alive && reach && s.next_seq < self.config.max_nodes {
                         actions.push(Action::Join(c));
-                        if s.budget > 0 && !self.pool_on() {
+                        if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
                             actions.push(Action::JoinReplyLost(c));
                         }
                     }
@@ -1438,6 +1598,13 @@ impl ElectionModel {
                 self.delete(&mut s, seq);
                 s.budget -= 1;
                 s.late_fault |= late;
+            }
+            Action::Reconnect(c) if self.config.leader_change => {
+                s.budget -= 1;
+                s.late_fault |= late;
+                let c = c as usize;
+                let to = s.clients[c].server.other();
+                self.quorum_connect(&mut s, c, to);
             }
             Action::Reconnect(c) => {
                 let c = c as usize;
@@ -1652,6 +1819,11 @@ impl ElectionModel {
                 }
                 s.clients[c].phase = phase;
             }
+            Action::IsolateLeader(_)
+            | Action::StepDown
+            | Action::StaleHeartbeat(_)
+            | Action::HearStaleExpired(_)
+            | Action::Redial(_) => self.quorum_step(&mut s, action, late),
         }
         Some(s)
     }
@@ -1662,6 +1834,10 @@ impl ElectionModel {
     /// touch with `L`, which proves the newest earlier answered touch, or a ping to a cut-off
     /// `F`, which proves nothing.
     fn tick(&self, s: &mut State) {
+        if self.config.leader_change {
+            self.quorum_tick(s);
+            return;
+        }
         if !s.cut {
             Self::relay(s);
         }

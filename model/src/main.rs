@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! check [--mutate RULE] [--max-depth D] [--clients N] [--horizon H] [--budget B]
-//!       [--late-own-event] [--slots S] [--pool] [--in-flight]
+//!       [--late-own-event] [--slots S] [--pool] [--in-flight] [--leader-change]
 //! check --list-mutations
 //! replay FILE
 //! ```
@@ -11,13 +11,15 @@
 //! property's name and the counterexample's steps; it exits 0 when K = 0, 1 otherwise, 2 on a
 //! usage error. Without `--mutate` and without a configuration flag it checks the default
 //! configurations one after another (the election's, the scheduled job's, the job's with 3
-//! clients, LeaderPool's, the election's with answers in flight) and the three
-//! lines carry the totals: the states summed, the greatest depth, the violations summed; each
+//! clients, LeaderPool's, the election's with answers in flight, the election's with a quorum
+//! leader that is replaced) and the three lines carry the totals: the states summed, the greatest depth, the violations summed; each
 //! configuration's figures go to stderr. A job rule's mutation, or `--slots S` (S > 0), checks
 //! the job's configuration ([`Config::job`]) with the flags given; a pool rule's mutation, or
 //! `--pool`, LeaderPool's ([`Config::pool`]). `--in-flight` ([`Config::in_flight`]) lets a
 //! listing's answer be handled after it was sent; the mutation of a rule that needs it
 //! ([`Rule::needs_in_flight`]) turns it on.
+//! A leader-change rule's mutation, or `--leader-change`, checks the leader-change configuration
+//! ([`Config::leader_change`]).
 //!
 //! `replay` validates one recorded trial history (format 1, see `trace`) against the model's
 //! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
@@ -40,6 +42,7 @@ fn usage(msg: &str) -> ExitCode {
     eprintln!(
         "usage: zookeeper-recipes-model check [--mutate RULE] [--max-depth D] [--clients N] \
          [--horizon H] [--budget B] [--late-own-event] [--slots S] [--pool] [--in-flight] \
+         [--leader-change] \
          | check --list-mutations \
          | replay FILE"
     );
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
     let mut late_own_event = false;
     let mut pool = false;
     let mut in_flight = false;
+    let mut leader_change = false;
     let mut depth = DEFAULT_MAX_DEPTH;
     let mut list = false;
     while let Some(flag) = args.next() {
@@ -107,6 +111,10 @@ fn main() -> ExitCode {
                 in_flight = true;
                 Ok(())
             }
+            "--leader-change" => {
+                leader_change = true;
+                Ok(())
+            }
             other => Err(format!("unknown flag {other:?}")),
         };
         if let Err(msg) = parsed {
@@ -131,7 +139,8 @@ fn main() -> ExitCode {
         || slots.is_some()
         || late_own_event
         || pool
-        || in_flight;
+        || in_flight
+        || leader_change;
     let pool = pool || mutation.is_some_and(Rule::is_pool);
     if pool && (slots.is_some_and(|n| n > 0) || mutation.is_some_and(Rule::is_job)) {
         return usage("the pool's configuration has no scheduled job (--slots 0)");
@@ -141,6 +150,13 @@ fn main() -> ExitCode {
     }
     let in_flight = in_flight || (!pool && mutation.is_some_and(Rule::needs_in_flight));
     let job = slots.map_or(mutation.is_some_and(Rule::is_job), |n| n > 0);
+    let leader_change = leader_change || mutation.is_some_and(Rule::is_leader_change);
+    if leader_change && (job || pool) {
+        return usage("the leader-change configuration is the election's (no job, no pool)");
+    }
+    if leader_change && in_flight {
+        return usage("the leader-change configuration has no answers in flight (no --in-flight)");
+    }
     if slots == Some(0) && mutation.is_some_and(Rule::is_job) {
         return usage("a job rule's mutation needs the job (--slots 1 or 2)");
     }
@@ -149,6 +165,8 @@ fn main() -> ExitCode {
             Config::pool()
         } else if job {
             Config::job()
+        } else if leader_change {
+            Config::leader_change()
         } else {
             Config::default()
         };
@@ -168,8 +186,9 @@ fn main() -> ExitCode {
         config
     };
     let configs = if mutation.is_none() && !flagged {
-        // The election's, the job's, the job's with a third contender, LeaderPool's, and the
-        // election's with answers in flight.
+        // The election's, the job's, the job's with a third contender, LeaderPool's, the
+        // election's with answers in flight, and the election's with a quorum leader that is
+        // replaced.
         vec![
             build(false, false),
             build(true, false),
@@ -182,6 +201,7 @@ fn main() -> ExitCode {
                 in_flight: true,
                 ..build(false, false)
             },
+            Config::leader_change(),
         ]
     } else {
         vec![build(job && !pool, pool)]
@@ -206,6 +226,8 @@ fn main() -> ExitCode {
             config.slots,
             if config.pool_jobs > 0 {
                 format!(", pool jobs {}", config.pool_jobs)
+            } else if config.leader_change {
+                ", leader change".to_string()
             } else {
                 String::new()
             },

@@ -18,6 +18,8 @@ const DEFENCE_IN_DEPTH: [Rule; 4] = [
 fn config_for(rule: Rule) -> Config {
     let base = if rule.is_job() {
         Config::job()
+    } else if rule.is_leader_change() {
+        Config::leader_change()
     } else if rule.is_pool() {
         Config::pool()
     } else {
@@ -44,7 +46,8 @@ fn the_unmutated_model_has_no_violation_in_a_small_configuration() {
         "unexpected violations: {:#?}",
         report.violations
     );
-    assert!(report.states > 1000, "too few states: {}", report.states);
+    // The count before the leader-change slice: the slice leaves this state space as it was.
+    assert_eq!(report.states, 47_162, "the election's state space changed");
 }
 
 #[test]
@@ -61,6 +64,8 @@ fn the_claim_on_the_event_is_safe_even_when_the_own_nodes_event_comes_late() {
         "unexpected violations: {:#?}",
         report.violations
     );
+    // The count before the leader-change slice: the slice leaves this state space as it was.
+    assert_eq!(report.states, 883_663, "the election's state space changed");
 }
 
 /// Each election rule's mutation (the contender core and the lease, `recipes/leader-latch.md`,
@@ -114,7 +119,7 @@ fn every_election_mutation_breaks_its_property_within_its_depth_bound() {
 #[test]
 fn every_election_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
     each_is_shown_or_defence_in_depth(
-        |r| !r.is_job() && !r.is_pool(),
+        |r| !r.is_job() && !r.is_pool() && !r.is_leader_change(),
         &ELECTION_COUNTEREXAMPLES,
         "ELECTION_COUNTEREXAMPLES",
     );
@@ -425,5 +430,48 @@ fn two_coordinators_are_caught_by_the_assignment_property() {
             .any(|v| v.property == "assignment writes only from the current coordinator"),
         "{:#?}",
         report.violations
+    );
+}
+
+#[test]
+fn the_unmutated_leader_change_has_no_violation_at_budget_1() {
+    let report = check(
+        Config {
+            budget: 1,
+            ..Config::leader_change()
+        },
+        60,
+    );
+    assert!(
+        report.violations.is_empty(),
+        "unexpected violations: {:#?}",
+        report.violations
+    );
+    assert!(report.states > 10_000, "too few states: {}", report.states);
+}
+
+/// Each leader-change rule's mutation: the property its counterexample breaks, and the
+/// counterexample's length (the shortest, breadth first, in [`Config::leader_change`]), checked
+/// with the tightest depth bound that finds it (`steps + 2`, as for the job's).
+const LEADER_CHANGE_COUNTEREXAMPLES: [(Rule, &str, usize); 2] = [
+    (Rule::ProofWaitsRelayAllowance, "at most one valid term", 12),
+    (
+        Rule::ExpiredBelievedWhenSaidTwice,
+        "a session is given up only once the quorum expired it",
+        10,
+    ),
+];
+
+#[test]
+fn every_leader_change_mutation_breaks_its_property_within_its_depth_bound() {
+    each_breaks_its_property_within_its_depth_bound(&LEADER_CHANGE_COUNTEREXAMPLES);
+}
+
+#[test]
+fn every_leader_change_rule_is_either_shown_by_a_counterexample_or_defence_in_depth() {
+    each_is_shown_or_defence_in_depth(
+        Rule::is_leader_change,
+        &LEADER_CHANGE_COUNTEREXAMPLES,
+        "LEADER_CHANGE_COUNTEREXAMPLES",
     );
 }
