@@ -63,16 +63,26 @@ pub(crate) fn assumed_tick(configured: Option<Duration>, timeout: Duration) -> D
     configured.unwrap_or_else(|| DEFAULT_SERVER_TICK.min(timeout / 3))
 }
 
+/// How long a quorum leader that has lost its followers goes on answering its clients, `sync`
+/// included, as if it still led: until it notices, up to a tick and a half after its followers
+/// left it (and began electing the next leader).
+pub(crate) fn stale_leader_window(tick: Duration) -> Duration {
+    tick * 3 / 2
+}
+
 /// How long after a heartbeat was answered a later one must have been sent for the later one's
 /// answer to prove that the first one's touch reached the quorum leader: a tick and a half.
 ///
-/// Half a tick is the leader's ping period (a follower relays the sessions it heard from in its
-/// next ping reply, on the same connection that later carries our `sync` to the leader), half a
-/// tick more allows for late pings, and the last half covers a leader that has lost its quorum
-/// but has not yet stepped down: it keeps answering for up to a tick and a half longer than its
-/// followers take to leave it. The argument is in `recipes/leader-latch.md`, "The deadline".
+/// It covers the longer of two delays. Through a follower, our touch reaches the leader in the
+/// follower's next ping reply, on the same connection that later carries our `sync` to the
+/// leader: half a tick of ping period and half a tick for a late ping, one tick in all. Through
+/// a quorum leader that has lost its followers, nothing is relayed, but it answers `sync` itself
+/// for its [`stale_leader_window`], a tick and a half. The model checks the rule
+/// (`model/`, `check --mutate proof-waits-relay-allowance`). The argument is in
+/// `recipes/leader-latch.md`, "The deadline".
 pub(crate) fn relay_allowance(tick: Duration) -> Duration {
-    tick * 3 / 2
+    let through_a_follower = tick;
+    through_a_follower.max(stale_leader_window(tick))
 }
 
 /// The least lease a healthy session has left at any moment: the timeout minus the margin, the

@@ -98,7 +98,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                         .map_or(shared.config.session_timeout, |r| r.timeout);
                     doubt(
                         &shared,
-                        assumed_tick(shared.config.server_tick_time, timeout),
+                        second_ask_after(assumed_tick(shared.config.server_tick_time, timeout)),
                     )
                     .await;
                     continue;
@@ -236,7 +236,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 });
                 drop(client);
                 if doubted {
-                    doubt(&shared, tick).await;
+                    doubt(&shared, second_ask_after(tick)).await;
                 }
             }
             EndOfSession::Failed => {
@@ -259,25 +259,35 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
     publish_closed(&shared, state, epoch);
 }
 
-/// A server said the session expired: wait one server tick, then ask again.
+/// A server said the session expired: wait [`second_ask_after`], then ask again.
 ///
 /// A quorum leader that was paused (a long GC, a frozen VM) longer than `syncLimit` has been
 /// replaced, but until its first tick after it resumes it still believes it leads: its own
 /// session tracker, which saw no touch while it was paused, calls every session expired, and a
 /// client that reconnects to it (or to a follower still following it) in that instant hears
-/// "expired" for a session that the new quorum keeps. The client believes the first answer;
-/// we believe the second, asked at least a tick later, when the stale leader has stepped down.
-/// Nothing depends on the wait for safety: the lease counts only quorum proofs, and no proof
-/// comes while the servers say expired. A session that did expire is declared lost one tick
-/// and one request later.
-async fn doubt(shared: &Shared, tick: Duration) {
+/// "expired" for a session that the new quorum keeps. A quorum leader cut off from its
+/// followers does the same for a session nobody touched at it for the timeout, for as long as
+/// it believes it leads. The client believes the first answer; we believe the second, asked
+/// when the stale leader has stepped down. Nothing depends on the wait for safety: the lease
+/// counts only quorum proofs, and no proof comes while the servers say expired. A session that
+/// did expire is declared lost two ticks and one request later.
+async fn doubt(shared: &Shared, wait: Duration) {
     info!(
-        "a server says the session expired; asking again after one server tick before declaring it lost (a quorum leader that was paused answers from a stale view)"
+        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        "a server says the session expired; asking again before declaring it lost (a quorum leader that was paused or cut off answers from a stale view until it steps down)"
     );
     tokio::select! {
         _ = shared.stop.cancelled() => {}
-        _ = tokio::time::sleep(tick) => {}
+        _ = tokio::time::sleep(wait) => {}
     }
+}
+
+/// How long to wait before asking again whether the session expired: past the window in which
+/// a quorum leader that lost its followers still answers as one
+/// ([`stale_leader_window`](super::lease::stale_leader_window), a tick and a half), by half a
+/// tick: two ticks.
+pub(crate) fn second_ask_after(tick: Duration) -> Duration {
+    super::lease::stale_leader_window(tick) + tick / 2
 }
 
 /// The session is lost: its lease ends and `Lost` is published; a new session follows.
@@ -834,3 +844,30 @@ async fn close_client(client: Client, bound: Duration) {
 /// first leader after a long outage come seconds late). ZooKeeper's Java client, under Curator,
 /// also pauses at most a second between rounds of its hosts.
 const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::second_ask_after;
+    use crate::session::lease::{relay_allowance, stale_leader_window};
+
+    /// A quorum leader cut off from its followers calls a session expired that nobody touched
+    /// at it for the timeout, and says so for as long as it believes it leads. Asked again
+    /// within that window, it says it again, and the session would be given up while the new
+    /// quorum keeps it (the model's `expired-believed-when-said-twice`, with the window longer
+    /// than the wait).
+    #[test]
+    fn the_second_ask_comes_after_a_stale_quorum_leader_has_stepped_down() {
+        for ms in [2, 200, 500, 667, 2_000, 10_000] {
+            let tick = Duration::from_millis(ms);
+            assert!(
+                second_ask_after(tick) > stale_leader_window(tick),
+                "tick {tick:?}: the second ask after {:?} may still reach the stale leader, which answers for {:?}",
+                second_ask_after(tick),
+                stale_leader_window(tick)
+            );
+            assert!(relay_allowance(tick) >= stale_leader_window(tick));
+        }
+    }
+}
