@@ -79,7 +79,7 @@ fn a_broken_copy_is_a_divergence_naming_the_event() {
 fn bad_files_are_usage_errors() {
     assert_eq!(replay("/nonexistent/history.json").status.code(), Some(2));
     let not_json = scratch("not-json", "claims, ends and writes");
-    let other_format = scratch("format-2", r#"{"format": 2, "events": []}"#);
+    let other_format = scratch("format-3", r#"{"format": 3, "events": []}"#);
     let unknown_event = scratch(
         "unknown-event",
         r#"{"format": 1, "events": [{"event": "nope", "at_ns": 1}]}"#,
