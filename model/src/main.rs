@@ -21,7 +21,7 @@
 //! A leader-change rule's mutation, or `--leader-change`, checks the leader-change configuration
 //! ([`Config::leader_change`]).
 //!
-//! `replay` validates one recorded trial history (format 1, see `trace`) against the model's
+//! `replay` validates one recorded trial history (format 1 or 2, see `trace`) against the model's
 //! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
 //! divergence, the event's index and the event, the abstract state's relevant part, and why the
 //! model does not allow it; it exits 0 when K = 0, 1 otherwise, 2 on a usage error (no file, a

@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use zookeeper_recipes_model::trace::JobCounts;
 use zookeeper_recipes_rigs::trial::{FaultKind, TrialConfig, TrialReport, run_trial};
 
 struct Args {
@@ -142,6 +143,8 @@ struct Totals {
     trace_events: usize,
     trace_mapped: usize,
     trace_divergences: usize,
+    /// The job's events in the traces (runs, their ends, records checked).
+    trace_job: JobCounts,
 }
 
 impl Totals {
@@ -157,6 +160,13 @@ impl Totals {
         self.trace_events += r.trace_replay.events;
         self.trace_mapped += r.trace_replay.mapped;
         self.trace_divergences += r.trace_replay.divergences.len();
+        let job = &r.trace_replay.job;
+        self.trace_job.runs += job.runs;
+        self.trace_job.ends_ok += job.ends_ok;
+        self.trace_job.ends_error += job.ends_error;
+        self.trace_job.ends_aborted += job.ends_aborted;
+        self.trace_job.records += job.records;
+        self.trace_job.attempts_without_run += job.attempts_without_run;
         self.writes_accepted += r.writes_accepted();
         self.writes_rejected += r.writes_rejected();
         self.overlaps += r.overlaps();
@@ -288,6 +298,18 @@ impl Totals {
                 format!(
                     "{}, {}, {}",
                     self.trace_events, self.trace_mapped, self.trace_divergences
+                ),
+            ),
+            (
+                "trace validation, job: runs (ended ok / cut off / aborted), records checked, attempts with no run".into(),
+                format!(
+                    "{} ({} / {} / {}), {}, {}",
+                    self.trace_job.runs,
+                    self.trace_job.ends_ok,
+                    self.trace_job.ends_error,
+                    self.trace_job.ends_aborted,
+                    self.trace_job.records,
+                    self.trace_job.attempts_without_run
                 ),
             ),
             ("time to leader after heal, median".into(), pct(50)),

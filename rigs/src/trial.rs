@@ -54,9 +54,9 @@
 //!    suspend outlived must end at once on the resume, and sessions replaced are counted (those
 //!    that no fault of their round explains are listed: a silent leader or a rolling restart
 //!    must keep every session). The history is then replayed against the protocol's model
-//!    (trace validation, `model/README.md`): claims, term ends, fenced writes and sessions
-//!    heard expired as the model's actions allow them ([`TrialReport::trace_replay`]; a
-//!    divergence fails the trial); [`TrialConfig::histories`] or `ZKR_HISTORIES` writes the
+//!    (trace validation, `model/README.md`): claims, term ends, fenced writes, sessions
+//!    heard expired, and the job's runs and slot records as the model's actions and properties
+//!    allow them ([`TrialReport::trace_replay`]; a divergence fails the trial); [`TrialConfig::histories`] or `ZKR_HISTORIES` writes the
 //!    history out for `zookeeper-recipes-model replay`.
 //!
 //! # Reproducing
@@ -854,9 +854,9 @@ pub struct TrialReport {
     pub unexplained_replacements: Vec<String>,
     /// For each term that a host's suspend outlived: from the resume to the term's end.
     pub resume_to_end: Vec<Duration>,
-    /// The history as the model's trace validation reads it: claims, term ends (with why),
-    /// fenced writes, sessions heard expired, faults ([`Trace`]). The job's runs are not in it
-    /// (the model has no job yet).
+    /// The history as the model's trace validation reads it (format 2): claims, term ends
+    /// (with why), fenced writes, sessions heard expired, faults, and the scheduled job's terms
+    /// (those that started a run), runs and slot records ([`Trace`]).
     pub trace: Trace,
     /// The trace replayed against the model: events, events mapped to a model action, and
     /// every divergence (an event the model does not allow), which fails the trial.
@@ -1047,10 +1047,16 @@ impl TrialReport {
         let _ = writeln!(s, "  job: {}", self.job);
         let _ = writeln!(
             s,
-            "  trace: {} events, {} mapped to model actions, {} divergences{}",
+            "  trace: {} events, {} mapped to model actions, {} divergences; job: {} runs ({} ok, {} cut off, {} aborted), {} records checked, {} attempts with no run{}",
             self.trace_replay.events,
             self.trace_replay.mapped,
             self.trace_replay.divergences.len(),
+            self.trace_replay.job.runs,
+            self.trace_replay.job.ends_ok,
+            self.trace_replay.job.ends_error,
+            self.trace_replay.job.ends_aborted,
+            self.trace_replay.job.records,
+            self.trace_replay.job.attempts_without_run,
             self.trace_file
                 .as_ref()
                 .map_or_else(String::new, |f| format!(" (written to {})", f.display()))
@@ -1254,6 +1260,9 @@ struct Book {
     local_leases: Vec<BootTime>,
     /// Why each `zkr` term ended, as its `not_leader` line says: (id, token, reason).
     remote_reasons: Vec<(String, FencingToken, String)>,
+    /// The job's terms that started a run (each once), with their lease deadline when first
+    /// seen: the job's election in the trace.
+    job_terms: Vec<(&'static str, Leadership, BootTime)>,
 }
 
 /// Work of a term as it really ran: from its start to when it really stopped (its closure
@@ -2014,6 +2023,11 @@ async fn job_run(
     resource.gates.wait_running(term.session_id()).await;
     let index = {
         let mut b = lock(&book);
+        if !b.job_terms.iter().any(|(_, t, _)| *t == term) {
+            // Never earlier than the lease at the claim: a lease only moves forward.
+            let lease = term.stop_by();
+            b.job_terms.push((id, term.clone(), lease));
+        }
         b.runs.push(JobRun {
             holder: id,
             slot: run.slot().to_owned(),
@@ -2456,6 +2470,8 @@ struct Driven {
     rounds: Vec<(BootTime, Vec<Fault>)>,
     orphans: Vec<String>,
     job_records: Vec<SlotRecord>,
+    /// When the job's records were read (every replica closed, every run over).
+    job_records_at: BootTime,
 }
 
 async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
@@ -2503,6 +2519,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     }
 
     let job_records = settle_job(world).await;
+    let job_records_at = BootTime::now();
     for index in 0..CONTENDERS.len() {
         world.close_contender(index).await;
     }
@@ -2517,6 +2534,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
         rounds,
         orphans,
         job_records,
+        job_records_at,
     })
 }
 
@@ -3196,8 +3214,39 @@ async fn finish(
     let early_slots = check_early_slots(&runs);
     let (sessions_replaced, unexplained_replacements) =
         explain_replacements(&replaced, &driven.rounds, &world.config);
+    // The job's terms (those that started a run), their ends adjusted for a suspend as the
+    // other in-process terms' are.
+    let (job_terms, job_meta): (Vec<Term>, Vec<TermMeta>) = lock(&world.book)
+        .job_terms
+        .iter()
+        .map(|(holder, term, lease)| {
+            let mut t = to_term(JOB_ELECTION, holder, term);
+            if let Some(end) = t.end {
+                for s in &suspensions {
+                    let effective = s.effective_end(term.session_id(), t.start, end);
+                    if effective != end {
+                        t.end = Some(effective);
+                    }
+                }
+            }
+            let meta = TermMeta {
+                session: Some(term.session_id()),
+                lease: Some(*lease),
+                reason: term.end_reason().map(|r| r.as_str().to_owned()),
+            };
+            (t, meta)
+        })
+        .unzip();
     // Trace validation: the history replayed against the model, written out if asked for.
-    let trace = build_trace(config, &history, &meta, &replaced, &driven);
+    let job_trace = JobTrace {
+        terms: &job_terms,
+        meta: &job_meta,
+        runs: &runs,
+        writes: &job_history.writes,
+        records: &driven.job_records,
+        records_at: driven.job_records_at,
+    };
+    let trace = build_trace(config, &history, &meta, &replaced, &driven, &job_trace);
     let trace_replay = model_trace::replay(&trace);
     let mut trace_file = None;
     if let Some(dir) = config
@@ -3263,27 +3312,65 @@ struct TermMeta {
     reason: Option<String>,
 }
 
+/// What the trace records of the scheduled job.
+struct JobTrace<'a> {
+    /// The job's terms that started a run, as terms of [`JOB_ELECTION`].
+    terms: &'a [Term],
+    /// What the trace records of each of `terms` beyond [`Term`] (same index).
+    meta: &'a [TermMeta],
+    /// Its runs.
+    runs: &'a [JobRun],
+    /// The writes `job-row` received.
+    writes: &'a [Write],
+    /// The slot records at the close, and when they were read.
+    records: &'a [SlotRecord],
+    records_at: BootTime,
+}
+
 /// The trial's history as the model's trace ([`model_trace::Event`]s in time order): each
 /// term's claim at its start and its end (never placed before its claim: the replay reports an
-/// end before the start), each fenced write in arrival order, each session heard expired (when
-/// its replacement was in place), each round's faults and each heal. At one instant: ends,
-/// then expiries, then claims, then writes, then faults.
+/// end before the start), the job's terms that started a run as terms of [`JOB_ELECTION`],
+/// each fenced write in arrival order (`job-row`'s too), each session heard expired (when its
+/// replacement was in place), each job run's start and its end (when it stopped being allowed
+/// to act, never placed before its start), the job's slot records when the trial read them,
+/// each round's faults and each heal. At one instant: runs' ends, then terms' ends, then
+/// expiries, then claims, then runs' starts, then writes, then slot records, then faults.
 fn build_trace(
     config: &TrialConfig,
     history: &History,
     meta: &[TermMeta],
     replaced: &[(usize, BootTime, i64, i64)],
     driven: &Driven,
+    job: &JobTrace<'_>,
 ) -> Trace {
     use model_trace::Event;
+    // Ranks at one instant.
+    const RUN_END: u8 = 0;
+    const TERM_END: u8 = 1;
+    const EXPIRY: u8 = 2;
+    const CLAIM: u8 = 3;
+    const RUN_START: u8 = 4;
+    const WRITE: u8 = 5;
+    const RECORD: u8 = 6;
+    const FAULT: u8 = 7;
     // (ordering instant, rank at one instant, recorded order, event)
     let mut events: Vec<(u64, u8, usize, Event)> = Vec::new();
-    for (i, t) in history.terms.iter().enumerate() {
-        let m = meta.get(i);
+    let terms = (history
+        .terms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t, meta.get(i))))
+    .chain(
+        job.terms
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t, job.meta.get(i))),
+    );
+    for (t, m) in terms {
         let start = t.start.as_nanos();
         events.push((
             start,
-            2,
+            CLAIM,
             events.len(),
             Event::Claim {
                 at_ns: start,
@@ -3298,7 +3385,7 @@ fn build_trace(
             let end = end.as_nanos();
             events.push((
                 end.max(start),
-                0,
+                TERM_END,
                 events.len(),
                 Event::TermEnd {
                     at_ns: end,
@@ -3310,11 +3397,11 @@ fn build_trace(
             ));
         }
     }
-    for w in &history.writes {
+    for w in history.writes.iter().chain(job.writes) {
         let at = w.at.as_nanos();
         events.push((
             at,
-            3,
+            WRITE,
             events.len(),
             Event::Write {
                 at_ns: at,
@@ -3329,7 +3416,7 @@ fn build_trace(
         let at = when.as_nanos();
         events.push((
             at,
-            1,
+            EXPIRY,
             events.len(),
             Event::SessionExpired {
                 at_ns: at,
@@ -3343,13 +3430,64 @@ fn build_trace(
         for f in faults {
             let at = at.as_nanos();
             let what = f.to_string();
-            events.push((at, 4, events.len(), Event::Fault { at_ns: at, what }));
+            events.push((at, FAULT, events.len(), Event::Fault { at_ns: at, what }));
         }
     }
     for healed in &driven.heals {
         let at = healed.as_nanos();
         let what = "every fault healed".to_owned();
-        events.push((at, 4, events.len(), Event::Fault { at_ns: at, what }));
+        events.push((at, FAULT, events.len(), Event::Fault { at_ns: at, what }));
+    }
+    for r in job.runs {
+        let start = r.start.as_nanos();
+        events.push((
+            start,
+            RUN_START,
+            events.len(),
+            Event::RunStart {
+                at_ns: start,
+                job: JOB_ELECTION.to_owned(),
+                slot: r.slot.clone(),
+                holder: r.holder.to_owned(),
+                attempt: r.attempt,
+                token: r.token.get(),
+                session: Some(r.session_id),
+            },
+        ));
+        if let Some(end) = r.end {
+            let end = end.as_nanos();
+            events.push((
+                end.max(start),
+                RUN_END,
+                events.len(),
+                Event::RunEnd {
+                    at_ns: end,
+                    job: JOB_ELECTION.to_owned(),
+                    slot: r.slot.clone(),
+                    holder: r.holder.to_owned(),
+                    attempt: r.attempt,
+                    token: r.token.get(),
+                    ok: r.ok,
+                },
+            ));
+        }
+    }
+    let read = job.records_at.as_nanos();
+    for r in job.records {
+        events.push((
+            read,
+            RECORD,
+            events.len(),
+            Event::SlotRecord {
+                at_ns: read,
+                job: JOB_ELECTION.to_owned(),
+                slot: r.slot.clone(),
+                state: r.state.as_str().to_owned(),
+                token: r.token,
+                attempt: r.attempt,
+                runner: r.runner.clone(),
+            },
+        ));
     }
     events.sort_by_key(|(at, rank, order, _)| (*at, *rank, *order));
     let mut trace = Trace::new(
