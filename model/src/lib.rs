@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 use stateright::{Model, Property};
 
 mod job;
+mod lag;
 mod pool;
 mod quorum;
 pub mod trace;
@@ -127,11 +128,16 @@ pub enum Rule {
     /// Mutated: the first "expired", which a stale quorum leader may say for a session the new
     /// quorum keeps, is believed (Curator's behaviour): the session and its nodes are given up.
     ExpiredBelievedWhenSaidTwice,
+    /// A follower that lags ([`Config::lag`]): after a lost create reply, Recover `sync`s before
+    /// it looks for the node by its prefix ("a lagging server could otherwise hide it").
+    /// Mutated: it reads the server's view as it is, which a lagging follower's may not yet show
+    /// the node; it then creates another, and the first is left behind.
+    RecoverSyncsFirst,
 }
 
 impl Rule {
     /// Every rule, in the order `--list-mutations` prints them.
-    pub const ALL: [Rule; 25] = [
+    pub const ALL: [Rule; 26] = [
         Rule::LeaseNeedsLaterSync,
         Rule::LeaseAdvancesToEarlierTouch,
         Rule::TermStartsOnProvenLease,
@@ -157,6 +163,7 @@ impl Rule {
         Rule::CoordinatorFollowsMembership,
         Rule::ProofWaitsRelayAllowance,
         Rule::ExpiredBelievedWhenSaidTwice,
+        Rule::RecoverSyncsFirst,
     ];
 
     /// The rule's kebab-case name.
@@ -187,6 +194,7 @@ impl Rule {
             Rule::CoordinatorFollowsMembership => "coordinator-follows-membership",
             Rule::ProofWaitsRelayAllowance => "proof-waits-relay-allowance",
             Rule::ExpiredBelievedWhenSaidTwice => "expired-believed-when-said-twice",
+            Rule::RecoverSyncsFirst => "recover-syncs-first",
         }
     }
 
@@ -234,6 +242,12 @@ impl Rule {
             self,
             Rule::ProofWaitsRelayAllowance | Rule::ExpiredBelievedWhenSaidTwice
         )
+    }
+
+    /// A rule of a follower that lags: its mutation is checked in the lag configuration
+    /// ([`Config::lag`]).
+    pub fn is_lag(self) -> bool {
+        matches!(self, Rule::RecoverSyncsFirst)
     }
 
     /// The number of clients the smallest configuration that can show this rule's mutation
@@ -434,6 +448,9 @@ pub struct State {
     pub l_expired: u8,
     /// Ghost: a client gave up a session that the quorum had not expired.
     pub gave_up_live: bool,
+    /// [`Config::lag`]: the clients (a bit each) that have not seen `L`'s newest write (their
+    /// last seen zxid is behind it), so that a lagging `F` may still take their reconnect.
+    pub behind: u8,
 }
 
 /// A listing's answer on its way to the contender ([`Config::in_flight`]): the server answered
@@ -534,6 +551,9 @@ pub enum Action {
     /// A client without a connection (dropped by the stepped-down `L`, or asking again a tick
     /// after a first "expired") connects to `F`.
     Redial(u8),
+    /// [`Config::lag`]: the lagging `F` applies the newest commit (its watches fire). Free; time
+    /// does not pass until it has.
+    FCatchUp,
 }
 
 /// The model's configuration.
@@ -574,6 +594,12 @@ pub struct Config {
     /// relay allowance (1 tick) applies. Off: `L` never changes and the allowance is 0 (the FIFO
     /// link stands for it). Election configuration only (no job, no pool).
     pub leader_change: bool,
+    /// A follower that lags while in touch with `L`: its view may miss `L`'s newest write until
+    /// it catches up (`FCatchUp`, before the next tick boundary); a `sync` or a write through it
+    /// brings it up to date first; a reconnect to it is refused while it lags behind a write the
+    /// client has seen (see the `lag` module). Off: `F` in touch with `L` is always up to date.
+    /// Election configuration only (no job, no pool, no leader change).
+    pub lag: bool,
 }
 
 impl Default for Config {
@@ -590,6 +616,7 @@ impl Default for Config {
             pool_jobs: 0,
             in_flight: false,
             leader_change: false,
+            lag: false,
         }
     }
 }
@@ -614,6 +641,17 @@ impl Config {
             horizon: 6,
             budget: 2,
             leader_change: true,
+            ..Config::default()
+        }
+    }
+
+    /// The lag configuration: the election's, 2 clients, with a follower that lags
+    /// ([`Config::lag`]), horizon 8, fault budget 2 (at horizon 12 it is 6.9 M states, too many
+    /// for the default `check`).
+    pub fn lag() -> Self {
+        Config {
+            horizon: 8,
+            lag: true,
             ..Config::default()
         }
     }
@@ -713,6 +751,7 @@ impl ElectionModel {
                     | Action::SendList(_)
                     | Action::HandleListing(_)
                     | Action::Redial(_)
+                    | Action::FCatchUp
             ) || self.job_urgent(s, a)
                 || self.pool_urgent(a)
         })
@@ -1019,6 +1058,13 @@ impl ElectionModel {
                     Action::Recover(_) if !self.on(Rule::ProtectedCreateAdoptsOwnNode) => {
                         "does not look for its node (it will create another), sees".to_string()
                     }
+                    Action::Recover(_)
+                        if self.config.lag
+                            && !self.on(Rule::RecoverSyncsFirst)
+                            && cl.server == Server::F =>
+                    {
+                        "looks for its node by prefix without a sync, lists".to_string()
+                    }
                     Action::Recover(_) => "syncs, looks for its node by prefix, lists".to_string(),
                     _ => "lists".to_string(),
                 };
@@ -1195,6 +1241,20 @@ impl ElectionModel {
                 let phase_of = |c: u8| phase(&a, c as usize);
                 out = self.describe_quorum(before, &a, *action, phase_of);
             }
+            Action::FCatchUp => {
+                let _ = write!(
+                    out,
+                    "t={t}: F applies the newest commit: it has {}",
+                    list(&a, Server::F)
+                );
+            }
+        }
+        if self.lagging(&a) && a.f_view != before.f_view {
+            let _ = write!(
+                out,
+                "; F has not yet applied it: F has {}",
+                list(&a, Server::F)
+            );
         }
         out
     }
@@ -1288,6 +1348,7 @@ impl Model for ElectionModel {
                 l_touch: Vec::new(),
                 l_expired: 0,
                 gave_up_live: false,
+                behind: 0,
             });
         }
         inits
@@ -1407,6 +1468,9 @@ impl ElectionModel {
         if self.config.leader_change {
             self.quorum_actions(s, actions);
         }
+        if self.config.lag {
+            self.lag_actions(s, actions);
+        }
         if s.cut {
             actions.push(Action::Heal);
         } else if s.budget > 0 && !self.pool_on() && !self.config.leader_change {
@@ -1435,7 +1499,9 @@ impl ElectionModel {
                     if self.revalidates(s, cl.server.other(), i) {
                         actions.push(Action::Reconnect(c));
                     }
-                } else if cl.server.other() == Server::L || !s.cut {
+                } else if cl.server.other() == Server::L
+                    || (!s.cut && !self.refused_at_lagging_f(s, i))
+                {
                     actions.push(Action::Reconnect(c));
                 }
             }
@@ -1552,6 +1618,9 @@ impl ElectionModel {
             return Some(s);
         }
         let mut s = self.step_core(last, action)?;
+        if self.config.lag && action != Action::Tick {
+            self.lag_after(last, &mut s, action);
+        }
         if self.jobs_on() {
             self.job_after(&mut s);
         }
@@ -1569,8 +1638,9 @@ impl ElectionModel {
         match action {
             Action::Tick => self.tick(&mut s),
             Action::Cut => {
+                // `F` keeps what it had applied (a lagging `F`, one write less than `L`).
+                s.f_view = Some(self.view(&s, Server::F).to_vec());
                 s.cut = true;
-                s.f_view = Some(s.nodes.clone());
                 s.budget -= 1;
                 s.late_fault |= late;
             }
@@ -1640,6 +1710,10 @@ impl ElectionModel {
                     epoch: s.sessions[c].epoch,
                 });
                 Self::touch(&mut s, c);
+                if s.clients[c].server == Server::F {
+                    // `F` answers our create once it has applied it, and everything before it.
+                    self.catch_up(&mut s);
+                }
                 if matches!(action, Action::JoinReplyLost(_)) {
                     s.budget -= 1;
                     s.late_fault |= late;
@@ -1658,16 +1732,24 @@ impl ElectionModel {
                     s.clients[c].phase = Phase::Idle;
                     return Some(s);
                 }
+                let server = s.clients[c].server;
+                if server == Server::F && self.on(Rule::RecoverSyncsFirst) {
+                    // The `sync`: `F` applies everything `L` committed before it answers.
+                    self.catch_up(&mut s);
+                }
                 let adopt_any = !self.on(Rule::NoClaimFromNodeOfEarlierSession);
-                let found = s
-                    .nodes
+                let view = self.view(&s, server).to_vec();
+                let found = view
                     .iter()
                     .find(|n| n.owner as usize == c && (adopt_any || n.epoch == epoch))
                     .copied();
-                // Every other node with our prefix is deleted.
-                self.remove(&mut s, |n| {
-                    n.owner as usize == c && Some(n.seq) != found.map(|f| f.seq)
-                });
+                // Every other node with our prefix that the listing shows is deleted.
+                let others: Vec<u8> = view
+                    .iter()
+                    .filter(|n| n.owner as usize == c && Some(n.seq) != found.map(|f| f.seq))
+                    .map(|n| n.seq)
+                    .collect();
+                self.remove(&mut s, |n| others.contains(&n.seq));
                 match found {
                     Some(n) => {
                         s.clients[c].node = Some(n.seq);
@@ -1824,6 +1906,7 @@ impl ElectionModel {
             | Action::StaleHeartbeat(_)
             | Action::HearStaleExpired(_)
             | Action::Redial(_) => self.quorum_step(&mut s, action, late),
+            Action::FCatchUp => self.catch_up(&mut s),
         }
         Some(s)
     }
@@ -1843,6 +1926,7 @@ impl ElectionModel {
         }
         s.now += 1;
         let now = s.now;
+        let before = s.nodes.clone();
         for c in 0..s.sessions.len() {
             let sess = s.sessions[c];
             if sess.alive && now >= sess.last_touch + TIMEOUT {
@@ -1853,6 +1937,8 @@ impl ElectionModel {
                 }
             }
         }
+        // The tick's expiries (`closeSession`), which `F` may not yet have applied.
+        self.wrote(s, &before, false);
         for c in 0..s.clients.len() {
             let cl = s.clients[c];
             if cl.frozen {
@@ -1873,7 +1959,10 @@ impl ElectionModel {
                     if server == Server::F {
                         // The ping replies went out on the link before the forwarded `sync`.
                         Self::relay(s);
+                        // `F` answers the `sync` once it has applied what came before it.
+                        self.catch_up(s);
                     }
+                    self.heard(s, c);
                     Self::touch(s, c);
                     let cl = &mut s.clients[c];
                     if let Some(j) = cl.unproven {

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! check [--mutate RULE] [--max-depth D] [--clients N] [--horizon H] [--budget B]
-//!       [--late-own-event] [--slots S] [--pool] [--in-flight] [--leader-change]
+//!       [--late-own-event] [--slots S] [--pool] [--in-flight] [--leader-change] [--lag]
 //! check --list-mutations
 //! replay FILE
 //! ```
@@ -12,7 +12,7 @@
 //! usage error. Without `--mutate` and without a configuration flag it checks the default
 //! configurations one after another (the election's, the scheduled job's, the job's with 3
 //! clients, LeaderPool's, the election's with answers in flight, the election's with a quorum
-//! leader that is replaced) and the three lines carry the totals: the states summed, the greatest depth, the violations summed; each
+//! leader that is replaced, the election's with a follower that lags) and the three lines carry the totals: the states summed, the greatest depth, the violations summed; each
 //! configuration's figures go to stderr. A job rule's mutation, or `--slots S` (S > 0), checks
 //! the job's configuration ([`Config::job`]) with the flags given; a pool rule's mutation, or
 //! `--pool`, LeaderPool's ([`Config::pool`]). `--in-flight` ([`Config::in_flight`]) lets a
@@ -20,6 +20,8 @@
 //! ([`Rule::needs_in_flight`]) turns it on.
 //! A leader-change rule's mutation, or `--leader-change`, checks the leader-change configuration
 //! ([`Config::leader_change`]).
+//! A lag rule's mutation, or `--lag`, checks the lag configuration ([`Config::lag`]): the
+//! election's with a follower that lags while in touch with the quorum leader.
 //!
 //! `replay` validates one recorded trial history (format 1 or 2, see `trace`) against the model's
 //! observable actions: it prints `events: N`, `mapped: M`, `divergences: K` and, for each
@@ -42,7 +44,7 @@ fn usage(msg: &str) -> ExitCode {
     eprintln!(
         "usage: zookeeper-recipes-model check [--mutate RULE] [--max-depth D] [--clients N] \
          [--horizon H] [--budget B] [--late-own-event] [--slots S] [--pool] [--in-flight] \
-         [--leader-change] \
+         [--leader-change] [--lag] \
          | check --list-mutations \
          | replay FILE"
     );
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
     let mut pool = false;
     let mut in_flight = false;
     let mut leader_change = false;
+    let mut lag = false;
     let mut depth = DEFAULT_MAX_DEPTH;
     let mut list = false;
     while let Some(flag) = args.next() {
@@ -115,6 +118,10 @@ fn main() -> ExitCode {
                 leader_change = true;
                 Ok(())
             }
+            "--lag" => {
+                lag = true;
+                Ok(())
+            }
             other => Err(format!("unknown flag {other:?}")),
         };
         if let Err(msg) = parsed {
@@ -140,7 +147,8 @@ fn main() -> ExitCode {
         || late_own_event
         || pool
         || in_flight
-        || leader_change;
+        || leader_change
+        || lag;
     let pool = pool || mutation.is_some_and(Rule::is_pool);
     if pool && (slots.is_some_and(|n| n > 0) || mutation.is_some_and(Rule::is_job)) {
         return usage("the pool's configuration has no scheduled job (--slots 0)");
@@ -157,6 +165,12 @@ fn main() -> ExitCode {
     if leader_change && in_flight {
         return usage("the leader-change configuration has no answers in flight (no --in-flight)");
     }
+    let lag = lag || mutation.is_some_and(Rule::is_lag);
+    if lag && (job || pool || leader_change) {
+        return usage(
+            "the lag configuration is the election's (no job, no pool, no leader change)",
+        );
+    }
     if slots == Some(0) && mutation.is_some_and(Rule::is_job) {
         return usage("a job rule's mutation needs the job (--slots 1 or 2)");
     }
@@ -167,6 +181,8 @@ fn main() -> ExitCode {
             Config::job()
         } else if leader_change {
             Config::leader_change()
+        } else if lag {
+            Config::lag()
         } else {
             Config::default()
         };
@@ -187,8 +203,8 @@ fn main() -> ExitCode {
     };
     let configs = if mutation.is_none() && !flagged {
         // The election's, the job's, the job's with a third contender, LeaderPool's, the
-        // election's with answers in flight, and the election's with a quorum leader that is
-        // replaced.
+        // election's with answers in flight, the election's with a quorum leader that is
+        // replaced, and the election's with a follower that lags.
         vec![
             build(false, false),
             build(true, false),
@@ -202,6 +218,7 @@ fn main() -> ExitCode {
                 ..build(false, false)
             },
             Config::leader_change(),
+            Config::lag(),
         ]
     } else {
         vec![build(job && !pool, pool)]
@@ -216,7 +233,7 @@ fn main() -> ExitCode {
     for config in configs {
         eprintln!(
             "config: clients {}, horizon {} ticks, timeout {} ticks, fault budget {}, mutation {}, \
-             late own-node event {}, slots {}{}{}",
+             late own-node event {}, slots {}{}{}{}",
             config.clients,
             config.horizon,
             zookeeper_recipes_model::TIMEOUT,
@@ -235,7 +252,8 @@ fn main() -> ExitCode {
                 ", answers in flight"
             } else {
                 ""
-            }
+            },
+            if config.lag { ", lagging follower" } else { "" }
         );
         let started = Instant::now();
         let report = check(config, depth);
