@@ -13,7 +13,8 @@
 //! coordinates, and each of the pool's jobs is another election of the same core
 //! (`recipes/leader-pool.md`; see the `pool` module). With [`Config::leader_change`] the quorum
 //! is `F` and an unmodelled third server: `L` can lose its followers, answer for a stale window
-//! and be replaced by `F` (see the `quorum` module). See
+//! and be replaced by `F` (see the `quorum` module). With [`Config::lag`] `F` may lag one
+//! write behind `L` while in touch with it (see the `lag` module). See
 //! `README.md` for what is and is not modelled, and for every rule that can be switched off
 //! ([`Rule`]).
 
