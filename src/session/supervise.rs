@@ -702,11 +702,21 @@ fn idle_limit(timeout: Duration) -> Duration {
     timeout * 3 / 5
 }
 
-/// Builds a client that resumes the session `resume` describes (its own client gave up on it).
+/// Builds a client that resumes the session `resume` describes (its own client gave up on it),
+/// and brings its server up to date before anything reads through it.
+///
+/// A client that reconnects by itself tells the server the last zxid it saw, and a server that
+/// has not applied that far refuses it. A new client that resumes a session cannot: it tells
+/// zero (zookeeper-client 0.11 keeps the last zxid only inside a client). So a follower that lags
+/// behind our own latest writes (a create whose reply was lost with the old connection) may
+/// accept it, and a listing or an `exists` there would not show our node: the contender would
+/// take its node for gone and queue again behind it, with the node first for as long as the
+/// session lives. A `sync` first makes the server apply everything committed before it answers.
+/// The model shows the rule (`model/`, `check --mutate resume-syncs-first`).
 ///
 /// # Errors
 /// [`Error::SessionExpired`] when the servers say the session is gone; others when no server
-/// answered.
+/// answered, or the `sync` was not answered.
 async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Result<Client> {
     let mut connector = Client::connector()
         .with_session(resume.info.clone())
@@ -727,6 +737,16 @@ async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Res
         }
         Err(e) => return Err(e.into()),
     };
+    // A read-only server answers no `sync`; nothing leads on it (a read-only connection ends
+    // every term), and it is left as soon as a writable server answers.
+    if client.state() != SessionState::ConnectedReadOnly {
+        match tokio::time::timeout(idle_limit(resume.timeout), client.sync("/")).await {
+            Ok(Ok(())) => {}
+            Ok(Err(zookeeper_client::Error::SessionExpired)) => return Err(Error::SessionExpired),
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(zookeeper_client::Error::Timeout.into()),
+        }
+    }
     match &config.chroot {
         Some(chroot) => client
             .chroot(chroot.clone())
