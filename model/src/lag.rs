@@ -21,8 +21,14 @@
 //!   (`State::behind`): a reconnect to a lagging `F` is refused unless the client is behind the
 //!   newest write (it has not seen it: a create whose reply was lost, or a write by someone else
 //!   while it talked to `F`).
+//! - **A session resumed with a new client is not refused** (`Resume`): the library's session
+//!   supervisor resumes a session with a new zookeeper-client when the old one gave up on it, and
+//!   the new client's last seen zxid is 0, so the check above passes on a lagging `F`. The client
+//!   then has no guarantee that its reads show what its session has already seen; the rule
+//!   `resume-syncs-first` has it `sync` through its new server before its first read. With the
+//!   `sync`, a resume lands where `FCatchUp` and then a reconnect land, so the rule adds no state.
 
-use crate::{Action, ElectionModel, Node, Server, State};
+use crate::{Action, ElectionModel, Node, Rule, Server, State};
 
 impl ElectionModel {
     /// `F` is in touch with `L` but has not applied the newest write.
@@ -42,6 +48,17 @@ impl ElectionModel {
     /// behind a write the client has already seen.
     pub(crate) fn refused_at_lagging_f(&self, s: &State, c: usize) -> bool {
         self.lagging(s) && s.behind & (1 << c) == 0
+    }
+
+    /// A session resumed with a new client on `F` (`Resume`, not refused: the new client's last
+    /// seen zxid is 0, so it is behind every write until it hears from an up-to-date server).
+    /// With `resume-syncs-first` it `sync`s through `F` before its first read, which brings `F`
+    /// up to date; mutated, its first read answers from `F`'s view as it is.
+    pub(crate) fn resumed(&self, s: &mut State, c: usize) {
+        s.behind |= 1 << c;
+        if self.on(Rule::ResumeSyncsFirst) {
+            self.catch_up(s);
+        }
     }
 
     /// `F` applies every commit it has received (a `sync` through it, a write through it, the
@@ -88,6 +105,7 @@ impl ElectionModel {
             | Action::Release(c)
             | Action::Relinquish(c)
             | Action::Reconnect(c)
+            | Action::Resume(c)
             | Action::SessionExpired(c) => (Some(c as usize), true),
             // A claim sends a request only to delete a node of an earlier session.
             Action::Claim(c) => (Some(c as usize), s.nodes != last.nodes),

@@ -134,11 +134,16 @@ pub enum Rule {
     /// Mutated: it reads the server's view as it is, which a lagging follower's may not yet show
     /// the node; it then creates another, and the first is left behind.
     RecoverSyncsFirst,
+    /// A follower that lags: a session resumed with a new client (`Resume`, which ZooKeeper's
+    /// `lastZxid` check does not refuse: the new client sends zxid 0) `sync`s through its new
+    /// server before its first read. Mutated: it reads at once, and a lagging follower's view
+    /// may not yet show a node the session has already seen.
+    ResumeSyncsFirst,
 }
 
 impl Rule {
     /// Every rule, in the order `--list-mutations` prints them.
-    pub const ALL: [Rule; 26] = [
+    pub const ALL: [Rule; 27] = [
         Rule::LeaseNeedsLaterSync,
         Rule::LeaseAdvancesToEarlierTouch,
         Rule::TermStartsOnProvenLease,
@@ -165,6 +170,7 @@ impl Rule {
         Rule::ProofWaitsRelayAllowance,
         Rule::ExpiredBelievedWhenSaidTwice,
         Rule::RecoverSyncsFirst,
+        Rule::ResumeSyncsFirst,
     ];
 
     /// The rule's kebab-case name.
@@ -196,6 +202,7 @@ impl Rule {
             Rule::ProofWaitsRelayAllowance => "proof-waits-relay-allowance",
             Rule::ExpiredBelievedWhenSaidTwice => "expired-believed-when-said-twice",
             Rule::RecoverSyncsFirst => "recover-syncs-first",
+            Rule::ResumeSyncsFirst => "resume-syncs-first",
         }
     }
 
@@ -248,7 +255,7 @@ impl Rule {
     /// A rule of a follower that lags: its mutation is checked in the lag configuration
     /// ([`Config::lag`]).
     pub fn is_lag(self) -> bool {
-        matches!(self, Rule::RecoverSyncsFirst)
+        matches!(self, Rule::RecoverSyncsFirst | Rule::ResumeSyncsFirst)
     }
 
     /// The number of clients the smallest configuration that can show this rule's mutation
@@ -483,6 +490,12 @@ pub enum Action {
     Unfreeze(u8),
     /// The client's connection moves to the other server (fault).
     Reconnect(u8),
+    /// [`Config::lag`]: the session supervisor resumes the client's session with a new client
+    /// on the other server (fault): a reconnect that the `lastZxid` check does not refuse,
+    /// because the new client's last seen zxid is 0. Offered only where a reconnect would be
+    /// refused (to a lagging `F`, by a client that has seen the write it misses); elsewhere it
+    /// is a reconnect.
+    Resume(u8),
     /// Another client deletes a node that is not first (fault; "a waiting participant's node
     /// deleted by someone else").
     ForeignDelete(u8),
@@ -598,7 +611,8 @@ pub struct Config {
     /// A follower that lags while in touch with `L`: its view may miss `L`'s newest write until
     /// it catches up (`FCatchUp`, before the next tick boundary); a `sync` or a write through it
     /// brings it up to date first; a reconnect to it is refused while it lags behind a write the
-    /// client has seen (see the `lag` module). Off: `F` in touch with `L` is always up to date.
+    /// client has seen, but a session resumed with a new client is not (`Resume`; see the `lag`
+    /// module). Off: `F` in touch with `L` is always up to date.
     /// Election configuration only (no job, no pool, no leader change).
     pub lag: bool,
 }
@@ -1039,6 +1053,24 @@ impl ElectionModel {
                     "t={t}: client {c} reconnects to {:?} (connection {}); it {}",
                     cl.server,
                     cl.conn,
+                    phase(&a, c as usize)
+                );
+            }
+            Action::Resume(c) => {
+                let cl = &a.clients[c as usize];
+                let _ = write!(
+                    out,
+                    "t={t}: client {c}'s session is resumed by a new client on {:?} (connection {}, \
+                     last seen zxid 0: not refused){}; it {}",
+                    cl.server,
+                    cl.conn,
+                    if a.sessions[c as usize].epoch != before.sessions[c as usize].epoch {
+                        ""
+                    } else if self.on(Rule::ResumeSyncsFirst) {
+                        ", syncs"
+                    } else {
+                        ", does not sync"
+                    },
                     phase(&a, c as usize)
                 );
             }
@@ -1504,6 +1536,8 @@ impl ElectionModel {
                     || (!s.cut && !self.refused_at_lagging_f(s, i))
                 {
                     actions.push(Action::Reconnect(c));
+                } else if cl.server.other() == Server::F && self.refused_at_lagging_f(s, i) {
+                    actions.push(Action::Resume(c));
                 }
             }
             if Self::awaits_listing(s, i) {
@@ -1677,7 +1711,7 @@ impl ElectionModel {
                 let to = s.clients[c].server.other();
                 self.quorum_connect(&mut s, c, to);
             }
-            Action::Reconnect(c) => {
+            Action::Reconnect(c) | Action::Resume(c) => {
                 let c = c as usize;
                 s.budget -= 1;
                 s.late_fault |= late;
@@ -1693,6 +1727,10 @@ impl ElectionModel {
                 // heartbeat that a later `sync` proves.
                 s.sessions[c].last_touch = now;
                 cl.unproven = Some(now);
+                if matches!(action, Action::Resume(_)) {
+                    self.resumed(&mut s, c);
+                }
+                let cl = &mut s.clients[c];
                 // Standard policy: a suspension ends the term; the contender lists again (the
                 // job's selector relinquishes its node).
                 if self.config.slots > 0 && cl.phase == Phase::Leading {

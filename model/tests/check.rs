@@ -499,8 +499,10 @@ fn the_unmutated_model_with_a_lagging_follower_has_no_violation_at_horizon_5() {
 /// Each lag rule's mutation: the property its counterexample breaks, and the counterexample's
 /// length (the shortest, breadth first, in [`Config::lag`], horizon 8), checked with the
 /// tightest depth bound that finds it (`steps + 2`, as for the job's).
-const LAG_COUNTEREXAMPLES: [(Rule, &str, usize); 1] =
-    [(Rule::RecoverSyncsFirst, "a leader eventually", 13)];
+const LAG_COUNTEREXAMPLES: [(Rule, &str, usize); 2] = [
+    (Rule::RecoverSyncsFirst, "a leader eventually", 13),
+    (Rule::ResumeSyncsFirst, "a leader eventually", 13),
+];
 
 #[test]
 fn every_lag_mutation_breaks_its_property_within_its_depth_bound() {
