@@ -823,6 +823,22 @@ impl ElectionModel {
 
     /// Deletes every node `gone` picks, in sequence order (one transaction at most), and logs
     /// the deletions when the late own-node event is modelled.
+    /// The quorum leader expires every session not touched for the timeout by now, and
+    /// deletes its ephemeral nodes with it (ZooKeeper's `closeSession`).
+    fn expire_sessions(&self, s: &mut State) {
+        let now = s.now;
+        for c in 0..s.sessions.len() {
+            let sess = s.sessions[c];
+            if sess.alive && now >= sess.last_touch + TIMEOUT {
+                s.sessions[c].alive = false;
+                s.sessions[c].f_pending = false;
+                if self.on(Rule::ExpireDeletesEphemerals) {
+                    self.remove(s, |n| n.owner as usize == c && n.epoch == sess.epoch);
+                }
+            }
+        }
+    }
+
     fn remove(&self, s: &mut State, gone: impl Fn(&Node) -> bool) {
         if self.config.late_own_event {
             let seqs: Vec<u8> = s.nodes.iter().filter(|n| gone(n)).map(|n| n.seq).collect();
@@ -1966,16 +1982,7 @@ impl ElectionModel {
         s.now += 1;
         let now = s.now;
         let before = s.nodes.clone();
-        for c in 0..s.sessions.len() {
-            let sess = s.sessions[c];
-            if sess.alive && now >= sess.last_touch + TIMEOUT {
-                s.sessions[c].alive = false;
-                s.sessions[c].f_pending = false;
-                if self.on(Rule::ExpireDeletesEphemerals) {
-                    self.remove(s, |n| n.owner as usize == c && n.epoch == sess.epoch);
-                }
-            }
-        }
+        self.expire_sessions(s);
         // The tick's expiries (`closeSession`), which `F` may not yet have applied.
         self.wrote(s, &before, false);
         for c in 0..s.clients.len() {

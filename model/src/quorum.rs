@@ -270,16 +270,7 @@ impl ElectionModel {
             Self::elect(s);
         }
         if normal || s.elected {
-            for c in 0..s.sessions.len() {
-                let sess = s.sessions[c];
-                if sess.alive && now >= sess.last_touch + TIMEOUT {
-                    s.sessions[c].alive = false;
-                    s.sessions[c].f_pending = false;
-                    if self.on(Rule::ExpireDeletesEphemerals) {
-                        self.remove(s, |n| n.owner as usize == c && n.epoch == sess.epoch);
-                    }
-                }
-            }
+            self.expire_sessions(s);
         }
         if Self::stale(s) {
             for c in 0..s.l_touch.len() {

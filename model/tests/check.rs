@@ -162,13 +162,7 @@ fn the_unmutated_model_with_answers_in_flight_has_no_violation_at_horizon_5() {
         in_flight: true,
         ..Config::default()
     };
-    let report = check(config, 60);
-    assert!(
-        report.violations.is_empty(),
-        "unexpected violations: {:#?}",
-        report.violations
-    );
-    assert!(report.states > 10_000, "too few states: {}", report.states);
+    unmutated_has_no_violation(config, 10_000);
 }
 
 /// Without answers in flight a listing is answered and handled in one step, so no listing
@@ -192,13 +186,7 @@ fn a_node_of_an_earlier_session_is_claimed_from_only_with_answers_in_flight() {
 
 #[test]
 fn the_unmutated_job_has_no_violation_in_its_default_configuration() {
-    let report = check(Config::job(), 60);
-    assert!(
-        report.violations.is_empty(),
-        "unexpected violations: {:#?}",
-        report.violations
-    );
-    assert!(report.states > 100_000, "too few states: {}", report.states);
+    unmutated_has_no_violation(Config::job(), 100_000);
 }
 
 /// Each job rule's mutation: the property its counterexample breaks, and the counterexample's
@@ -374,19 +362,13 @@ fn each_lifetime_mutation_breaks_its_property_within_its_depth_bound() {
 
 #[test]
 fn the_unmutated_pool_has_no_violation_at_horizon_8() {
-    let report = check(
+    unmutated_has_no_violation(
         Config {
             horizon: 8,
             ..Config::pool()
         },
-        60,
+        100_000,
     );
-    assert!(
-        report.violations.is_empty(),
-        "unexpected violations: {:#?}",
-        report.violations
-    );
-    assert!(report.states > 100_000, "too few states: {}", report.states);
 }
 
 /// Each pool rule's mutation: the property its counterexample breaks, and the counterexample's
@@ -438,19 +420,13 @@ fn two_coordinators_are_caught_by_the_assignment_property() {
 
 #[test]
 fn the_unmutated_leader_change_has_no_violation_at_budget_1() {
-    let report = check(
+    unmutated_has_no_violation(
         Config {
             budget: 1,
             ..Config::leader_change()
         },
-        60,
+        10_000,
     );
-    assert!(
-        report.violations.is_empty(),
-        "unexpected violations: {:#?}",
-        report.violations
-    );
-    assert!(report.states > 10_000, "too few states: {}", report.states);
 }
 
 /// Each leader-change rule's mutation: the property its counterexample breaks, and the
@@ -481,19 +457,13 @@ fn every_leader_change_rule_is_either_shown_by_a_counterexample_or_defence_in_de
 
 #[test]
 fn the_unmutated_model_with_a_lagging_follower_has_no_violation_at_horizon_5() {
-    let report = check(
+    unmutated_has_no_violation(
         Config {
             horizon: 5,
             ..Config::lag()
         },
-        60,
+        100_000,
     );
-    assert!(
-        report.violations.is_empty(),
-        "unexpected violations: {:#?}",
-        report.violations
-    );
-    assert!(report.states > 100_000, "too few states: {}", report.states);
 }
 
 /// Each lag rule's mutation: the property its counterexample breaks, and the counterexample's
@@ -536,4 +506,20 @@ fn a_lagging_follower_does_not_show_a_new_session_the_old_sessions_node() {
         report.violations
     );
     assert!(report.states > 100_000, "too few states: {}", report.states);
+}
+
+/// Checks `config` unmutated to the default depth bound: no violation, and more than
+/// `min_states` states (a world that shrank by mistake would pass too easily).
+fn unmutated_has_no_violation(config: Config, min_states: usize) {
+    let report = check(config, 60);
+    assert!(
+        report.violations.is_empty(),
+        "unexpected violations: {:#?}",
+        report.violations
+    );
+    assert!(
+        report.states > min_states,
+        "too few states: {}",
+        report.states
+    );
 }
