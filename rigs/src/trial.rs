@@ -3539,9 +3539,12 @@ fn check_early_slots(runs: &[JobRun]) -> Vec<String> {
         .collect()
 }
 
-/// How many in-process sessions were replaced, and which replacements no fault of their round
+/// How many in-process sessions were replaced, and which replacements no fault of their rounds
 /// explains: an expiry, a suspend, or a cut of the session's own link, or a fault to the servers
-/// other than a silent leader or a rolling restart (which must keep every session).
+/// other than a silent leader or a rolling restart (which must keep every session). The rounds
+/// are those under way within a session timeout before the replacement: a fault's replacement
+/// comes once the fault is healed and the session has asked twice whether it expired, often
+/// early in the next round.
 fn explain_replacements(
     replaced: &[(usize, BootTime, i64, i64)],
     rounds: &[(BootTime, Vec<Fault>)],
@@ -3550,7 +3553,12 @@ fn explain_replacements(
     let mut unexplained = Vec::new();
     for (i, at, old, new) in replaced {
         let round = rounds.iter().rev().find(|(began, _)| began <= at);
-        let explained = round.is_some_and(|(_, faults)| {
+        let since = *at - config.session_timeout;
+        // Round k is under way from its start to the next round's.
+        let recent = rounds.iter().enumerate().filter(|(k, (began, _))| {
+            began <= at && rounds.get(k + 1).is_none_or(|(next, _)| *next > since)
+        });
+        let explained = recent.into_iter().any(|(_, (_, faults))| {
             faults.iter().any(|f| match f.kind {
                 FaultKind::ExpireSession | FaultKind::Suspend => f.target == *i,
                 FaultKind::CutLink | FaultKind::BlackholeLink | FaultKind::LoseReplies => {
@@ -3580,6 +3588,41 @@ fn explain_replacements(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session whose replacement its round's fault caused is replaced only once the fault is
+    /// healed and the session has asked twice whether it expired: often in the next round. The
+    /// faults of every round under way within a session timeout before the replacement explain
+    /// it; a round's faults long before it do not.
+    #[test]
+    fn a_replacement_just_after_its_faults_round_is_explained_by_that_round() {
+        let config = TrialConfig::new(1, "zkr");
+        let t0 = BootTime::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let rounds = vec![
+            (
+                ms(0),
+                vec![Fault {
+                    kind: FaultKind::LoseReplies,
+                    target: 1,
+                }],
+            ),
+            (
+                ms(6_900),
+                vec![Fault {
+                    kind: FaultKind::RestartContender,
+                    target: 1,
+                }],
+            ),
+        ];
+        // 0.75 s into the next round, 1 s after the lose-replies round was healed.
+        let (n, unexplained) = explain_replacements(&[(1, ms(7_650), 1, 2)], &rounds, &config);
+        assert_eq!((n, unexplained.len()), (1, 0), "{unexplained:?}");
+        // Another session, or long after the lose-replies round: unexplained.
+        let (_, unexplained) = explain_replacements(&[(0, ms(7_650), 1, 2)], &rounds, &config);
+        assert_eq!(unexplained.len(), 1, "{unexplained:?}");
+        let (_, unexplained) = explain_replacements(&[(1, ms(9_500), 1, 2)], &rounds, &config);
+        assert_eq!(unexplained.len(), 1, "{unexplained:?}");
+    }
 
     #[test]
     fn the_same_seed_gives_the_same_plan_and_others_differ() {
