@@ -31,6 +31,18 @@ pub(crate) fn identity() -> (String, String) {
     (format!("job-{}", &id[..8]), format!("pw-{}", &id[8..24]))
 }
 
+/// A fresh digest identity and its `--auth-file` in `dir` (mode 0600): (user, password, file).
+pub(crate) fn identity_file(dir: &Path) -> (String, String, String) {
+    let (user, password) = identity();
+    let file = write_file(
+        dir,
+        "zk.auth",
+        &format!("digest:{user}:{password}\n"),
+        0o600,
+    );
+    (user, password, file)
+}
+
 /// A client of ZooKeeper authenticated as `user:password` (digest).
 async fn client_as(connect: &str, user: &str, password: &str) -> zookeeper_client::Client {
     let zk = client(connect).await;
@@ -65,13 +77,7 @@ async fn a_job_with_auth_file_and_acl_creator_is_closed_to_others_and_open_to_it
     let path = testing::unique_path("auth-creator");
     open_parent(connect, &path).await;
     let dir = tempfile::tempdir().unwrap();
-    let (user, password) = identity();
-    let file = write_file(
-        dir.path(),
-        "zk.auth",
-        &format!("digest:{user}:{password}\n"),
-        0o600,
-    );
+    let (user, password, file) = identity_file(dir.path());
 
     let mut r = Zkr::supervisor(
         connect,

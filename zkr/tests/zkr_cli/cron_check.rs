@@ -14,7 +14,7 @@ use common::{BOUND, shared_server, zookeeper};
 use serde_json::Value;
 use zookeeper_recipes_testing as testing;
 
-use crate::auth::{identity, open_parent, write_file};
+use crate::auth::{identity_file, open_parent};
 use crate::cron_cli::zkr_output_with as zkr_output;
 use crate::cron_ops::{replica, stop};
 
@@ -163,13 +163,7 @@ async fn status_falls_back_to_the_local_clock_and_says_so_when_it_may_not_write_
     let path = testing::unique_path("cron-clock-ro");
     open_parent(connect, &path).await;
     let dir = tempfile::tempdir().unwrap();
-    let (user, password) = identity();
-    let file = write_file(
-        dir.path(),
-        "zk.auth",
-        &format!("digest:{user}:{password}\n"),
-        0o600,
-    );
+    let (_, _, file) = identity_file(dir.path());
     let pre = ["--auth-file", file.as_str(), "--acl", "creator-read"];
     let mut r = replica(connect, "r", &pre, &path, &["--every", "1h"], "exit 0");
     r.wait_for("leader", BOUND, "r never led").await;
