@@ -1,7 +1,7 @@
 //! A long run of seeded fault trials, with a table at the end.
 //!
 //! ```text
-//! cargo run --release --example chaos -- --trials 200 [--seed N] [--rounds R] [--session-timeout 2s] [--histories DIR]
+//! cargo run --release --example chaos -- --trials 200 [--seed N] [--rounds R] [--session-timeout 2s] [--histories DIR] [--load N] [--repeat K]
 //! ```
 //!
 //! Runs trials for seeds `N, N+1, ...` one after another (each starts three ZooKeeper JVMs; see
@@ -27,12 +27,19 @@
 //! are iptables rules in the containers' network namespaces (root on the host). The history
 //! checker and the properties are the same. It is the same as `ZKR_TEST_BACKEND=docker`.
 //!
+//! `--load N` keeps N threads busy (plain spinning, at normal priority) beside the trials for the
+//! whole run, as a CI machine that runs other jobs is: the trials must be as strict there as on
+//! an idle machine. `--repeat K` runs each seed K times in a row (a seed's schedule of faults is
+//! the same each time; what the scheduler does is not), to measure how often one seed fails.
+//!
 //! The trials need the `zkr` binary: this example runs `$CARGO build -p zkr` in its own profile
 //! first and takes `target/<profile>/zkr` (or `$ZKR_BIN`).
 
 use std::collections::BTreeMap;
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use zookeeper_recipes_model::trace::JobCounts;
@@ -45,9 +52,11 @@ struct Args {
     rounds: usize,
     session_timeout: Duration,
     histories: Option<std::path::PathBuf>,
+    load: usize,
+    repeat: u64,
 }
 
-const USAGE: &str = "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s] [--histories DIR]";
+const USAGE: &str = "usage: chaos [--containers] [--trials N] [--seed FIRST] [--rounds R] [--session-timeout 2s] [--histories DIR] [--load N] [--repeat K]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -57,6 +66,8 @@ fn parse_args() -> Result<Args, String> {
         rounds: 4,
         session_timeout: Duration::from_secs(2),
         histories: None,
+        load: 0,
+        repeat: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,11 +82,55 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--session-timeout: {e}"))?
             }
             "--histories" => args.histories = Some(value()?.into()),
+            "--load" => args.load = value()?.parse().map_err(|e| format!("--load: {e}"))?,
+            "--repeat" => {
+                args.repeat = value()?.parse().map_err(|e| format!("--repeat: {e}"))?;
+                if args.repeat == 0 {
+                    return Err(format!("--repeat: at least 1\n{USAGE}"));
+                }
+            }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     Ok(args)
+}
+
+/// `n` threads that spin until dropped: the load a busy CI machine puts beside the trials.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(n: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x: u64 = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..10_000 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1),
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Runs this program again with `ZKR_TEST_BACKEND=docker` and the same arguments.
@@ -371,12 +426,19 @@ async fn main() -> ExitCode {
         _ => "servers: local JVMs".to_owned(),
     };
     println!(
-        "chaos: {} trials, seeds {first}..={last}, {} rounds each, session timeout {:?}, zkr {}, {servers}",
-        args.trials,
+        "chaos: {} trials, seeds {first}..={last}{}, {} rounds each, session timeout {:?}, zkr {}, {servers}, {} busy threads beside",
+        args.trials.saturating_mul(args.repeat),
+        if args.repeat > 1 {
+            format!(" ({} times each)", args.repeat)
+        } else {
+            String::new()
+        },
         args.rounds,
         args.session_timeout,
-        zkr.display()
+        zkr.display(),
+        args.load
     );
+    let _load = Load::start(args.load);
     let began = Instant::now();
     let mut totals = Totals {
         session_timeout: args.session_timeout,
@@ -385,7 +447,9 @@ async fn main() -> ExitCode {
     let bound = TrialConfig::new(first, &zkr)
         .session_timeout(args.session_timeout)
         .leader_bound();
-    for seed in seeds {
+    for seed in
+        seeds.flat_map(|seed| std::iter::repeat_n(seed, usize::try_from(args.repeat).unwrap_or(1)))
+    {
         let mut config = TrialConfig::new(seed, &zkr)
             .rounds(args.rounds)
             .session_timeout(args.session_timeout);
