@@ -2246,6 +2246,153 @@ async fn a_run_that_ignores_its_cancellation_stops_before_the_successor_retries_
     }
 }
 
+/// A run starts only in its holder's valid term (issue 41: trial seeds 7 and 10 under load).
+/// Faults: the leader's requests blackholed (its link one way) between its claim landing and
+/// its run's start, the claim's reply still delivered; both error policies. Between the claim's
+/// reply and the job's start the term prunes the history (a fenced round trip: here it must
+/// delete `trigger-1`, the history being limited to one record), and that request never reaches
+/// the server, so the term ends while it waits. The run must then not start: the term reports
+/// the slot abandoned (left `running`, not run), and the next holder retries it with its own
+/// token (attempt 2). The link is blackholed once the claim is seen on the server (by a watch
+/// of another session) while its reply is held back by the proxy, so the window is certain.
+#[tokio::test]
+async fn a_run_whose_term_ends_between_its_claim_and_its_start_is_not_started() {
+    if !zookeeper() {
+        return;
+    }
+    common::init_tracing();
+    let server = shared_server().await;
+    for policy in [ErrorPolicy::Standard, ErrorPolicy::SessionExpired] {
+        let proxy = proxy_to(server).await;
+        let sa = Session::builder(proxy.connect_string())
+            .session_timeout(Duration::from_secs(4))
+            .server_tick_time(Duration::from_millis(200))
+            .connect()
+            .await
+            .unwrap();
+        let sb = session(server.connect_string(), Duration::from_secs(10)).await;
+        let path = testing::unique_path("cron-late-start");
+        // (who, slot, attempt, token, whether the term had ended when the run began)
+        type Started = Arc<Mutex<Vec<(&'static str, String, u32, FencingToken, bool)>>>;
+        let started: Started = Arc::default();
+        let job = |who: &'static str| {
+            let started = Arc::clone(&started);
+            move |run: SlotRun| {
+                let started = Arc::clone(&started);
+                async move {
+                    let ended = !run.leadership().is_valid();
+                    started.lock().unwrap().push((
+                        who,
+                        run.slot().to_owned(),
+                        run.attempt(),
+                        run.token(),
+                        ended,
+                    ));
+                    Ok::<(), std::io::Error>(())
+                }
+            }
+        };
+        let a = ScheduledJob::builder(&sa, &path)
+            .every(Duration::from_secs(3600))
+            .id("a")
+            .history_limit(1)
+            .error_policy(policy)
+            .start(job("a"))
+            .await
+            .unwrap();
+        let mut a_events = a.events();
+        within(BOUND, "a leads", async {
+            a.leadership().wait_for(Option::is_some).await.unwrap();
+        })
+        .await;
+        let admin = JobAdmin::new(&sb, &path).unwrap();
+        admin.trigger().await.unwrap();
+        succeeded(&sb, &path, 1).await;
+
+        let zk = sb.client().unwrap();
+        let (stat, created) = zk
+            .check_and_watch_stat(&format!("{path}/slots/trigger-2"))
+            .await
+            .unwrap();
+        assert!(stat.is_none(), "trigger-2 is not claimed yet");
+        // Long enough for the watch below to be heard first, short enough for the lease to stay
+        // proven through it.
+        proxy.delay_replies(Duration::from_millis(150));
+        admin.trigger().await.unwrap();
+        within(
+            BOUND,
+            "a's claim of trigger-2 on the server",
+            created.changed(),
+        )
+        .await;
+        proxy.blackhole_requests();
+        let claim_token = {
+            let zk = sb.client().unwrap();
+            let (data, _) = zk
+                .get_data(&format!("{path}/slots/trigger-2"))
+                .await
+                .unwrap();
+            let record: serde_json::Value = serde_json::from_slice(&data).unwrap();
+            assert_eq!(record["runner"], "a", "{record}");
+            FencingToken::from_raw(record["token"].as_i64().unwrap())
+        };
+        let b = ScheduledJob::builder(&sb, &path)
+            .every(Duration::from_secs(3600))
+            .id("b")
+            .start(job("b"))
+            .await
+            .unwrap();
+        // a either starts its run of trigger-2 (late) or leaves the slot to the next holder.
+        let what = within(BOUND, "a to start or give up trigger-2", async {
+            loop {
+                match a_events.recv().await {
+                    Ok(JobEvent::SlotStarted { slot, .. }) if slot == "trigger-2" => {
+                        break "started".to_owned();
+                    }
+                    Ok(JobEvent::SlotAbandoned { slot, reason, .. }) if slot == "trigger-2" => {
+                        break reason;
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await;
+        let retry = eventually(BOUND, "b retries trigger-2", || async {
+            let runs = started.lock().unwrap().clone();
+            runs.into_iter()
+                .find(|(who, slot, ..)| *who == "b" && slot == "trigger-2")
+        })
+        .await;
+        proxy.heal();
+        a.close().await.unwrap();
+        b.close().await.unwrap();
+        let runs = started.lock().unwrap().clone();
+        eprintln!("{policy:?}: a on trigger-2: {what}; runs: {runs:?}");
+        assert_ne!(
+            what, "started",
+            "{policy:?}: a started trigger-2 after its term ended: {runs:?}"
+        );
+        assert!(
+            runs.iter().all(|(.., ended)| !ended),
+            "{policy:?}: a run began in a term that had ended: {runs:?}"
+        );
+        assert!(
+            !runs
+                .iter()
+                .any(|(who, slot, ..)| *who == "a" && slot == "trigger-2"),
+            "{policy:?}: a ran trigger-2: {runs:?}"
+        );
+        assert_eq!(
+            retry.2, 2,
+            "{policy:?}: b's run is the slot's second attempt"
+        );
+        assert!(
+            retry.3 > claim_token,
+            "{policy:?}: {retry:?} after {claim_token}"
+        );
+    }
+}
+
 /// A job that fails (with "failure N") on the slots in `failing` until it has failed there
 /// `times` times, and records every run.
 fn failing(
