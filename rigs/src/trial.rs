@@ -2033,7 +2033,10 @@ async fn job_run(
             slot: run.slot().to_owned(),
             attempt: run.attempt(),
             token: run.token(),
-            start: BootTime::now(),
+            // The start as the library made it (its term valid then), not when this task got
+            // the CPU: on a loaded machine that can be after the term's end, and the replay
+            // must check the library, not the scheduler (issue 41).
+            start: run.started_at(),
             end: None,
             ok: None,
             session_id: term.session_id(),

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::SlotState;
+use crate::clock::BootTime;
 use crate::error::BoxError;
 use crate::fencing::{FencingToken, Leadership};
 
@@ -70,14 +71,16 @@ pub enum JobEvent {
         /// `catch_up`, `paused` or `overlap`.
         reason: String,
     },
-    /// The job ended after its term had ended, and the record of its end was refused (the
-    /// fenced write found the term over): the slot stays `running` for the next leader.
+    /// The slot stays `running` for the next leader, which takes it up as cut off: either the
+    /// job ended after its term had ended and the record of its end was refused (the fenced
+    /// write found the term over), or the term ended after the slot's claim and before its run
+    /// started, and the run was not started (a run starts only in a valid term).
     SlotAbandoned {
         /// The slot key.
         slot: String,
         /// The token of the term that ran it.
         token: FencingToken,
-        /// What refused the write.
+        /// What refused the write, or that the run was not started.
         reason: String,
     },
     /// The leader saw the job paused or resumed by an operator
@@ -126,6 +129,7 @@ pub struct SlotRun {
     pub(super) for_slot: Option<String>,
     pub(super) business_date: Option<String>,
     pub(super) term: Leadership,
+    pub(super) started_at: BootTime,
     pub(super) exit_code: Arc<Mutex<Option<i32>>>,
 }
 
@@ -182,6 +186,14 @@ impl SlotRun {
     /// The leadership term this run belongs to: `cancelled()`, `is_valid()`, `fenced(..)`.
     pub fn leadership(&self) -> &Leadership {
         &self.term
+    }
+
+    /// When the job started this run, on the term's clock: the last instant at which the job
+    /// found the term valid before it handed the run over. A run never starts in a term that
+    /// had ended; the work itself may begin a little later (when its task is first polled),
+    /// and should check [`Leadership::is_valid`] before it acts, as always.
+    pub fn started_at(&self) -> BootTime {
+        self.started_at
     }
 
     /// The term's fencing token: carry it with every write, keyed by [`slot`](Self::slot).

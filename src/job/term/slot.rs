@@ -19,6 +19,10 @@ use crate::job::{
 /// looked at before the next write).
 const MAX_END_ATTEMPTS: u32 = 20;
 
+/// The reason of the [`JobEvent::SlotAbandoned`] of a slot whose run was not started because
+/// its term ended after the claim.
+const NOT_STARTED: &str = "the term ended after the claim, before the run started";
+
 impl TermRun<'_> {
     /// Claims a slot, runs the job, records the end; with retries on failure, runs it again
     /// within the slot after each failure, while the budget lasts.
@@ -149,6 +153,23 @@ impl TermRun<'_> {
         }
         // Room for the new record within the history limit.
         self.prune().await;
+        // The claim's reply, the wait for the slot's instant and the pruning all took time in
+        // which the term may have ended (a round trip during a partition lasts as long as the
+        // term has left). A run starts only in its holder's valid term: checked here, at the
+        // moment it starts, which is the instant the run reports (`SlotRun::started_at`; read
+        // before the check, so the term was valid then). A run that would start late is not
+        // started: the claim stays `running`, and the next holder takes the slot up as cut
+        // off, with its own token (issue 41: trial seeds 7 and 10 under load).
+        let started_at = self.term.clock().now();
+        if !self.term.is_valid() {
+            warn!(slot = %key, token = %token, attempt = work.attempt, "the term ended between the slot's claim and its run's start: the run was not started, and the slot stays running for the next leader");
+            self.emit(JobEvent::SlotAbandoned {
+                slot: key.clone(),
+                token,
+                reason: NOT_STARTED.to_owned(),
+            });
+            return Err(Stop::TermOver);
+        }
         info!(slot = %key, token = %token, attempt = work.attempt, recovering = work.recovering, runner = %self.inner.id, "slot started");
         self.emit(JobEvent::SlotStarted {
             slot: key.clone(),
@@ -171,6 +192,7 @@ impl TermRun<'_> {
             for_slot: record.for_slot.clone(),
             business_date: record.business_date.clone(),
             term: self.term.clone(),
+            started_at,
             exit_code: Arc::clone(&exit_code),
         };
         let started = self.now();
