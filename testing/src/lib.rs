@@ -118,6 +118,7 @@ mod provision;
 mod proxy;
 mod server;
 mod server_process;
+mod tls;
 
 use std::collections::BTreeMap;
 
@@ -131,6 +132,9 @@ pub(crate) use jvm::Installation;
 pub use proxy::FaultProxy;
 pub use server::{TestingServer, TestingServerBuilder};
 pub use server_process::process_state;
+pub use tls::{
+    CertifiedKey, ClientAuth, SERVER_NAMES, ServerCertificate, ServerTls, TestCa, WRONG_HOST,
+};
 
 /// Errors of the test harness.
 ///
@@ -214,6 +218,15 @@ pub enum HarnessError {
         /// The argument.
         what: &'static str,
         /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A certificate, key or TLS setting of the harness could not be made.
+    #[error("TLS: {what}: {reason}")]
+    Tls {
+        /// What the harness was making.
+        what: String,
+        /// Why it failed.
         reason: String,
     },
 
