@@ -389,7 +389,7 @@ impl TestingClusterBuilder {
             let mut text = common.clone();
             let _ = write!(
                 text,
-                "dataDir={}\nclientPort={client_port}\n",
+                "dataDir={}\nclientPort={client_port}\nclientPortAddress=127.0.0.1\n",
                 data_dir.display()
             );
             for j in 0..n {
@@ -430,6 +430,7 @@ impl TestingClusterBuilder {
                     } else {
                         Vec::new()
                     },
+                    probe_tls: None,
                 },
             ));
         }

@@ -88,6 +88,34 @@
 //! # fn main() {}
 //! ```
 //!
+//! # Secured servers: TLS, mutual TLS, x509 and SASL
+//!
+//! [`TestingServerBuilder::tls`] starts a server that serves over TLS only (a
+//! `secureClientPort`, no plaintext port), with a [`TestCa`] of its own
+//! ([`TestingServer::tls`] hands out its CA and client certificates as PEM files and strings),
+//! [`ClientAuth`] for `ssl.clientAuth`, [`ServerCertificate`] for a certificate a client must
+//! refuse (wrong host, expired, unknown CA), [`TestingServerBuilder::x509_auth`] for ACLs
+//! such as `x509:CN=svc-client`, and [`TestingServerBuilder::sasl_user`] /
+//! [`TestingServerBuilder::sasl_required`] for SASL DIGEST-MD5 (`sasl:<user>`). A TLS server's
+//! [`TestingServer::connect_string`] is `tcp+tls://127.0.0.1:PORT`. These are process-backend
+//! servers: on the docker backend, and for [`TestingCluster`], they are not available yet.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use zookeeper_recipes_testing::{ClientAuth, TestingServer};
+//!
+//! let server = TestingServer::builder()
+//!     .tls(ClientAuth::Need)
+//!     .sasl_user("svc", "svc-secret")
+//!     .start()
+//!     .await?;
+//! let tls = server.tls().expect("a TLS server");
+//! let client_cert = tls.client_cert("svc-client")?; // x509:CN=svc-client
+//! println!("{} {} {}", tls.ca_path().display(), client_cert.cert_path().display(), client_cert.key_path().display());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Checking histories, and fault trials
 //!
 //! [`history`] is a pure checker of recorded terms and fenced writes (no overlapping terms,
@@ -116,6 +144,7 @@ pub mod provision;
 #[allow(dead_code)]
 mod provision;
 mod proxy;
+mod security;
 mod server;
 mod server_process;
 mod tls;
