@@ -109,6 +109,7 @@ impl Security {
     }
 
     /// Whether nothing is asked for: a plaintext server without authentication providers.
+    #[cfg(feature = "docker")]
     pub(crate) fn is_plain(&self) -> bool {
         self.tls.is_none() && !self.x509_auth && self.sasl_users.is_empty()
     }
