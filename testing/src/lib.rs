@@ -97,8 +97,10 @@
 //! refuse (wrong host, expired, unknown CA), [`TestingServerBuilder::x509_auth`] for ACLs
 //! such as `x509:CN=svc-client`, and [`TestingServerBuilder::sasl_user`] /
 //! [`TestingServerBuilder::sasl_required`] for SASL DIGEST-MD5 (`sasl:<user>`). A TLS server's
-//! [`TestingServer::connect_string`] is `tcp+tls://127.0.0.1:PORT`. These are process-backend
-//! servers: on the docker backend, and for [`TestingCluster`], they are not available yet.
+//! [`TestingServer::connect_string`] is `tcp+tls://127.0.0.1:PORT`. [`TestingClusterBuilder`] has
+//! the same options (one CA for the ensemble; links between servers stay plaintext). These are
+//! process-backend servers: the docker backend answers [`HarnessError::Unsupported`].
+//! [`expire_session`] and [`mntr`] speak plaintext only.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -74,7 +74,64 @@ pub(crate) struct Secured {
     pub(crate) probe: Option<Arc<rustls::ClientConfig>>,
 }
 
+/// What [`Security::prepare`] wrote, before a client port is chosen.
+#[derive(Clone)]
+pub(crate) struct Prepared {
+    /// `zoo.cfg` lines beyond the common ones, without the client port's.
+    pub(crate) config: String,
+    pub(crate) jvm_flags: Vec<String>,
+    pub(crate) tls: Option<Arc<ServerTls>>,
+    pub(crate) probe: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Prepared {
+    /// Whether clients reach the server over TLS only.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The client port's `zoo.cfg` lines: `clientPort` and `clientPortAddress`, or for TLS
+    /// only `secureClientPort` and `secureClientPortAddress`.
+    pub(crate) fn port_lines(&self, port: u16) -> String {
+        if self.is_tls() {
+            format!("secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n")
+        } else {
+            format!("clientPort={port}\nclientPortAddress=127.0.0.1\n")
+        }
+    }
+
+    /// Everything for a server on `port`.
+    pub(crate) fn for_port(self, port: u16) -> Secured {
+        Secured {
+            config: format!("{}{}", self.port_lines(port), self.config),
+            jvm_flags: self.jvm_flags,
+            tls: self.tls,
+            probe: self.probe,
+        }
+    }
+}
+
 impl Security {
+    /// TLS only, with `client_auth`, keeping a server certificate chosen before.
+    pub(crate) fn set_tls(&mut self, client_auth: ClientAuth) {
+        let server_certificate = self
+            .tls
+            .map_or(ServerCertificate::Valid, |t| t.server_certificate);
+        self.tls = Some(TlsRequest {
+            client_auth,
+            server_certificate,
+        });
+    }
+
+    /// The certificate a TLS server presents; TLS with [`ClientAuth::Need`] unless chosen.
+    pub(crate) fn set_server_certificate(&mut self, server_certificate: ServerCertificate) {
+        let client_auth = self.tls.map_or(ClientAuth::Need, |t| t.client_auth);
+        self.tls = Some(TlsRequest {
+            client_auth,
+            server_certificate,
+        });
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         for (user, password) in &self.sasl_users {
             let bad = |reason: &str| HarnessError::InvalidArgument {
@@ -117,29 +174,29 @@ impl Security {
     /// Writes the certificates and the JAAS file into `dir` (the server's directory) and
     /// returns the `zoo.cfg` lines, the client port's among them, and the JVM flags.
     pub(crate) fn apply(&self, dir: &Path, port: u16) -> Result<Secured> {
+        Ok(self.prepare(dir)?.for_port(port))
+    }
+
+    /// Writes the certificates and the JAAS file into `dir` once, for one server or for every
+    /// server of a cluster (one CA, one server certificate for `127.0.0.1`).
+    pub(crate) fn prepare(&self, dir: &Path) -> Result<Prepared> {
         self.validate()?;
         let mut config = String::new();
         let mut jvm_flags = Vec::new();
         let (mut tls, mut probe) = (None, None);
-        match self.tls {
-            Some(request) => {
-                let tls_dir = dir.join("tls");
-                std::fs::create_dir_all(&tls_dir)
-                    .map_err(HarnessError::io("creating the server's tls directory"))?;
-                let made =
-                    ServerTls::create(&tls_dir, request.client_auth, request.server_certificate)?;
-                let _ = write!(
-                    config,
-                    "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
-                     serverCnxnFactory={NETTY_FACTORY}\n{}",
-                    made.config_lines()
-                );
-                probe = Some(made.probe_client()?);
-                tls = Some(Arc::new(made));
-            }
-            None => {
-                let _ = writeln!(config, "clientPort={port}\nclientPortAddress=127.0.0.1");
-            }
+        if let Some(request) = self.tls {
+            let tls_dir = dir.join("tls");
+            std::fs::create_dir_all(&tls_dir)
+                .map_err(HarnessError::io("creating the server's tls directory"))?;
+            let made =
+                ServerTls::create(&tls_dir, request.client_auth, request.server_certificate)?;
+            let _ = write!(
+                config,
+                "serverCnxnFactory={NETTY_FACTORY}\n{}",
+                made.config_lines()
+            );
+            probe = Some(made.probe_client()?);
+            tls = Some(Arc::new(made));
         }
         let client_certs = self.tls.is_some_and(|t| t.client_auth != ClientAuth::None);
         if self.x509_auth || client_certs {
@@ -158,7 +215,7 @@ impl Security {
                 config.push_str("enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n");
             }
         }
-        Ok(Secured {
+        Ok(Prepared {
             config,
             jvm_flags,
             tls,

@@ -10,7 +10,6 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::config::{ServerMode, Settings};
-use super::security::TlsRequest;
 use super::server_process::{self as process, FLW_TIMEOUT, NodeFiles, ServerNode};
 use super::tls::{ClientAuth, ServerCertificate, ServerTls};
 use super::{Backend, HarnessError, Installation, Result};
@@ -93,15 +92,7 @@ impl TestingServerBuilder {
     /// curator-test's `TestingServer` has no TLS; this is what a Curator user sets up with
     /// `InstanceSpec` custom properties and a Java key store.
     pub fn tls(mut self, client_auth: ClientAuth) -> Self {
-        let server_certificate = self
-            .settings
-            .security
-            .tls
-            .map_or(ServerCertificate::Valid, |t| t.server_certificate);
-        self.settings.security.tls = Some(TlsRequest {
-            client_auth,
-            server_certificate,
-        });
+        self.settings.security.set_tls(client_auth);
         self
     }
 
@@ -109,15 +100,7 @@ impl TestingServerBuilder {
     /// wrong-host, expired or unknown-CA one for tests that a client refuses it. Turns TLS on
     /// (with [`ClientAuth::Need`]) unless [`tls`](Self::tls) was called.
     pub fn tls_server_certificate(mut self, certificate: ServerCertificate) -> Self {
-        let client_auth = self
-            .settings
-            .security
-            .tls
-            .map_or(ClientAuth::Need, |t| t.client_auth);
-        self.settings.security.tls = Some(TlsRequest {
-            client_auth,
-            server_certificate: certificate,
-        });
+        self.settings.security.set_server_certificate(certificate);
         self
     }
 

@@ -12,7 +12,7 @@ use zookeeper_client::{
     Acl, Acls, AuthId, Client, CreateMode, Error as ZkError, Permission, SaslOptions, TlsOptions,
 };
 use zookeeper_recipes_testing::{
-    self as testing, ClientAuth, FaultProxy, ServerCertificate, TestingServer,
+    self as testing, ClientAuth, FaultProxy, ServerCertificate, TestingCluster, TestingServer,
 };
 
 /// How long a client that should get in may take.
@@ -526,4 +526,83 @@ async fn sasl_over_mtls_gives_both_identities() {
             && users.contains(&("x509".into(), "CN=svc-client".into())),
         "{users:?}"
     );
+}
+
+#[tokio::test]
+async fn an_mtls_cluster_serves_a_client_on_every_server_and_survives_a_restart() {
+    if !zookeeper_here() {
+        return;
+    }
+    install_crypto_provider();
+    let cluster = TestingCluster::builder()
+        .servers(3)
+        .tls(ClientAuth::Need)
+        .start()
+        .await
+        .expect("an mTLS ensemble starts");
+    assert!(
+        cluster
+            .connect_string()
+            .split(',')
+            .all(|s| s.starts_with("tcp+tls://127.0.0.1:")),
+        "{}",
+        cluster.connect_string()
+    );
+    let tls = cluster.tls().expect("a TLS cluster");
+    let me = tls.client_cert("svc-client").expect("a client certificate");
+    let options = || {
+        TlsOptions::new()
+            .with_pem_ca(tls.ca_pem())
+            .expect("CA")
+            .with_pem_identity(me.cert_pem(), me.key_pem())
+            .expect("PEM")
+    };
+    let root = testing::unique_path("mtls-cluster");
+    let writer = connect(
+        Client::connector().with_tls(options()),
+        cluster.connect_string(),
+        "an mTLS client of the ensemble",
+    )
+    .await;
+    create_root(&writer, &root).await;
+    let node = format!("{root}/owned");
+    let mine = [Acl::new(
+        Permission::ALL,
+        AuthId::new("x509", "CN=svc-client"),
+    )];
+    writer
+        .create(
+            &node,
+            b"x",
+            &CreateMode::Persistent.with_acls(Acls::new(&mine)),
+        )
+        .await
+        .expect("an x509-owned node");
+    for i in 0..cluster.len() {
+        let one = cluster.server_connect_string(i).expect("server").to_owned();
+        let reader = connect(
+            Client::connector().with_tls(options()),
+            &one,
+            &format!("an mTLS client of server {i}"),
+        )
+        .await;
+        reader.sync(&node).await.expect("sync");
+        assert_eq!(
+            reader.get_data(&node).await.expect("read").0,
+            b"x",
+            "server {i}"
+        );
+    }
+    let leader = cluster
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a leader, asked over TLS");
+    cluster
+        .restart_server(leader)
+        .await
+        .expect("the leader restarts on its TLS port");
+    cluster
+        .wait_whole(Duration::from_secs(30))
+        .await
+        .expect("the ensemble is whole again");
 }
