@@ -563,6 +563,20 @@ mod tests {
         assert!(ca.server_cert("bad", &["h\u{f1}st"], false).is_err());
     }
 
+    /// A server is shared through a `static` by every test of a binary, and a TLS server
+    /// holds its CA: all of it must stay `Send + Sync`.
+    #[test]
+    fn the_tls_types_and_the_servers_holding_them_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<TestCa>();
+        send_sync::<ServerTls>();
+        send_sync::<CertifiedKey>();
+        send_sync::<ClientAuth>();
+        send_sync::<ServerCertificate>();
+        send_sync::<crate::TestingServer>();
+        send_sync::<crate::TestingCluster>();
+    }
+
     #[test]
     fn client_auth_names_match_zookeeper() {
         assert_eq!(ClientAuth::None.as_config(), "none");
