@@ -11,9 +11,11 @@ use nix::sys::signal::Signal;
 
 use super::config::{ServerMode, SessionLimits, Settings};
 use super::proxy::FaultProxy;
+use super::security::Prepared;
 use super::server_process::{
-    self as process, FLW_TIMEOUT, NodeFiles, ReservedPort, ServerNode, lock,
+    self as process, FLW_TIMEOUT, NodeFiles, ProbeTls, ReservedPort, ServerNode, lock,
 };
+use super::tls::{ClientAuth, ServerCertificate, ServerTls};
 use super::{Backend, HarnessError, Installation, Result};
 
 /// How long an ensemble may take to elect a leader after its JVMs start.
@@ -175,6 +177,47 @@ impl TestingClusterBuilder {
         self
     }
 
+    /// Every server serves clients over TLS only, as
+    /// [`TestingServerBuilder::tls`](super::TestingServerBuilder::tls) says; the servers share
+    /// one CA and one server certificate ([`TestingCluster::tls`]), and
+    /// [`TestingCluster::connect_string`] names each as `tcp+tls://127.0.0.1:PORT`. Links
+    /// between the servers stay plaintext (no `sslQuorum`).
+    pub fn tls(mut self, client_auth: ClientAuth) -> Self {
+        self.settings.security.set_tls(client_auth);
+        self
+    }
+
+    /// Which certificate every TLS server presents: see
+    /// [`TestingServerBuilder::tls_server_certificate`](super::TestingServerBuilder::tls_server_certificate).
+    pub fn tls_server_certificate(mut self, certificate: ServerCertificate) -> Self {
+        self.settings.security.set_server_certificate(certificate);
+        self
+    }
+
+    /// ZooKeeper's x509 provider on every server: see
+    /// [`TestingServerBuilder::x509_auth`](super::TestingServerBuilder::x509_auth).
+    pub fn x509_auth(mut self, enabled: bool) -> Self {
+        self.settings.security.x509_auth = enabled;
+        self
+    }
+
+    /// A SASL DIGEST-MD5 user on every server: see
+    /// [`TestingServerBuilder::sasl_user`](super::TestingServerBuilder::sasl_user).
+    pub fn sasl_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.settings
+            .security
+            .sasl_users
+            .push((user.into(), password.into()));
+        self
+    }
+
+    /// Whether clients must log in with SASL: see
+    /// [`TestingServerBuilder::sasl_required`](super::TestingServerBuilder::sasl_required).
+    pub fn sasl_required(mut self, required: bool) -> Self {
+        self.settings.security.sasl_required = required;
+        self
+    }
+
     /// Starts every server at once and waits until each is a leader or follower and exactly
     /// one is the leader.
     ///
@@ -214,6 +257,12 @@ impl TestingClusterBuilder {
             }
         }
         if super::backend()? == Backend::Docker {
+            #[cfg(feature = "docker")]
+            if !self.settings.security.is_plain() {
+                return Err(HarnessError::Unsupported(
+                    "TLS, x509 and SASL clusters on the docker backend (use the process backend)",
+                ));
+            }
             return self.start_docker(session_limits).await;
         }
         let install = Installation::discover()?;
@@ -223,9 +272,12 @@ impl TestingClusterBuilder {
             .map_err(HarnessError::io(
                 "creating the ensemble's temporary directory",
             ))?;
+        let secured = self.settings.security.prepare(dir.path())?;
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
-            let (nodes, links, ports) = self.prepare(&install, dir.path(), &session_limits).await?;
+            let (nodes, links, ports) = self
+                .prepare(&install, dir.path(), &session_limits, &secured)
+                .await?;
             for node in &nodes {
                 node.spawn()?;
             }
@@ -236,7 +288,7 @@ impl TestingClusterBuilder {
             let timeout = self.settings.start_timeout;
             let ready = async {
                 try_join_all(nodes.iter().map(|n| n.wait_serving(timeout, is_member))).await?;
-                wait_ready(&addresses, timeout, |i| {
+                wait_ready(&addresses, secured.probe.as_ref(), timeout, |i| {
                     nodes.get(i).map(ServerNode::log_tail).unwrap_or_default()
                 })
                 .await
@@ -252,6 +304,8 @@ impl TestingClusterBuilder {
                         },
                         connect_string: addresses.join(","),
                         addresses,
+                        probe: secured.probe.clone(),
+                        tls: secured.tls.clone(),
                         tick_time: self.settings.tick_time,
                         start_timeout: self.settings.start_timeout,
                         session_limits: Mutex::new(session_limits),
@@ -288,7 +342,7 @@ impl TestingClusterBuilder {
         })
         .await?;
         let addresses = cluster.connect_strings();
-        wait_ready(&addresses, self.settings.start_timeout, |i| {
+        wait_ready(&addresses, None, self.settings.start_timeout, |i| {
             cluster.log_tail(i)
         })
         .await?;
@@ -296,6 +350,8 @@ impl TestingClusterBuilder {
             servers: Servers::Docker(cluster),
             connect_string: addresses.join(","),
             addresses,
+            probe: None,
+            tls: None,
             tick_time: self.settings.tick_time,
             start_timeout: self.settings.start_timeout,
             session_limits: Mutex::new(session_limits),
@@ -327,6 +383,7 @@ impl TestingClusterBuilder {
         install: &Installation,
         root: &Path,
         session_limits: &[SessionLimits],
+        secured: &Prepared,
     ) -> Result<(Vec<ServerNode>, Vec<PeerLink>, Vec<ReservedPort>)> {
         let n = self.servers;
         let ports = process::reserve_ports(3 * n)?;
@@ -373,6 +430,7 @@ impl TestingClusterBuilder {
             // A one-server "ensemble" is a quorum of one (Mode: leader), not a standalone server.
             common.push_str("standaloneEnabled=false\n");
         }
+        common.push_str(&secured.config);
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
             let node_dir: PathBuf = root.join(format!("server-{}", i + 1));
@@ -389,8 +447,9 @@ impl TestingClusterBuilder {
             let mut text = common.clone();
             let _ = write!(
                 text,
-                "dataDir={}\nclientPort={client_port}\n",
-                data_dir.display()
+                "dataDir={}\n{}",
+                data_dir.display(),
+                secured.port_lines(client_port)
             );
             for j in 0..n {
                 let (q, e) = if j == i {
@@ -425,11 +484,13 @@ impl TestingClusterBuilder {
                     cleanup_dir: root.to_path_buf(),
                     client_port,
                     // ZooKeeper reads this one from the JVM's properties only, not from zoo.cfg.
-                    jvm_flags: if self.read_only_mode {
-                        vec!["-Dreadonlymode.enabled=true".to_owned()]
-                    } else {
-                        Vec::new()
-                    },
+                    jvm_flags: self
+                        .read_only_mode
+                        .then(|| "-Dreadonlymode.enabled=true".to_owned())
+                        .into_iter()
+                        .chain(secured.jvm_flags.iter().cloned())
+                        .collect(),
+                    probe_tls: secured.probe.clone(),
                 },
             ));
         }
@@ -450,12 +511,13 @@ struct PeerLink {
 /// Every server a leader or follower, and exactly one leader; `log_tail(i)` says why not.
 async fn wait_ready(
     addresses: &[String],
+    probe: Option<&ProbeTls>,
     timeout: Duration,
     log_tail: impl Fn(usize) -> String,
 ) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let modes = modes(addresses).await;
+        let modes = modes(addresses, probe).await;
         let leaders = modes
             .iter()
             .filter(|m| **m == Some(ServerMode::Leader))
@@ -482,14 +544,22 @@ async fn wait_ready(
 }
 
 /// Each server's mode, `None` where it does not answer.
-async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
+async fn modes(addresses: &[String], probe: Option<&ProbeTls>) -> Vec<Option<ServerMode>> {
     join_all(addresses.iter().map(|a| async move {
-        process::four_letter_word(a, "srvr", FLW_TIMEOUT)
+        process::four_letter_word_over(bare(a), probe, "srvr", FLW_TIMEOUT)
             .await
             .ok()
             .map(|s| process::parse_mode(&s))
     }))
     .await
+}
+
+/// A client address without its scheme (`tcp+tls://` for a TLS server): where the probes go.
+fn bare(address: &str) -> &str {
+    address
+        .strip_prefix("tcp+tls://")
+        .or_else(|| address.strip_prefix("tcp://"))
+        .unwrap_or(address)
 }
 
 /// A ZooKeeper ensemble for tests: N servers on loopback, each with its own client, peer and
@@ -566,8 +636,11 @@ async fn modes(addresses: &[String]) -> Vec<Option<ServerMode>> {
 /// servers by `InstanceSpec`, this harness by index.
 pub struct TestingCluster {
     servers: Servers,
-    /// Each server's client address.
+    /// Each server's client address (`tcp+tls://` for TLS servers).
     addresses: Vec<String>,
+    /// The TLS client of the harness's probes, for TLS servers.
+    probe: Option<ProbeTls>,
+    tls: Option<Arc<ServerTls>>,
     tick_time: Duration,
     connect_string: String,
     start_timeout: Duration,
@@ -681,6 +754,13 @@ impl TestingCluster {
     /// The servers' `tickTime`, so that tests can tell a session the servers' tick.
     pub fn tick_time(&self) -> Duration {
         self.tick_time
+    }
+
+    /// The TLS side of a cluster started with [`TestingClusterBuilder::tls`]: the CA every
+    /// server trusts and has its certificate from, and client certificates for clients.
+    /// `None` for plaintext servers.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_deref()
     }
 
     /// Cuts server `index` off from all its peers, both ways; its clients still reach it.
@@ -834,7 +914,8 @@ impl TestingCluster {
         self.addresses.is_empty()
     }
 
-    /// Server `index`'s client address alone, `127.0.0.1:PORT`.
+    /// Server `index`'s client address alone, `127.0.0.1:PORT` (`tcp+tls://127.0.0.1:PORT`
+    /// for TLS servers).
     ///
     /// # Errors
     ///
@@ -1078,7 +1159,8 @@ impl TestingCluster {
     ///
     /// Cancel safe.
     pub async fn four_letter_word(&self, index: usize, cmd: &str) -> Result<String> {
-        process::four_letter_word(self.server_connect_string(index)?, cmd, FLW_TIMEOUT).await
+        let address = bare(self.server_connect_string(index)?);
+        process::four_letter_word_over(address, self.probe.as_ref(), cmd, FLW_TIMEOUT).await
     }
 
     /// The index of the server whose `srvr` says `Mode: leader`, if any answers so now.
@@ -1094,7 +1176,7 @@ impl TestingCluster {
     ///
     /// Cancel safe.
     pub async fn leader_index(&self) -> Result<Option<usize>> {
-        Ok(modes(&self.addresses)
+        Ok(modes(&self.addresses, self.probe.as_ref())
             .await
             .iter()
             .position(|m| *m == Some(ServerMode::Leader)))
@@ -1146,7 +1228,10 @@ impl TestingCluster {
     ///
     /// Cancel safe.
     pub async fn wait_whole(&self, timeout: Duration) -> Result<usize> {
-        wait_ready(&self.addresses, timeout, |i| self.log_tail(i)).await?;
+        wait_ready(&self.addresses, self.probe.as_ref(), timeout, |i| {
+            self.log_tail(i)
+        })
+        .await?;
         self.wait_for_leader(timeout).await
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::security::Security;
 use super::{HarnessError, Result};
 
 /// How long a server may take to serve after its JVM starts.
@@ -53,6 +54,8 @@ pub(crate) struct Settings {
     pub(crate) min_session_timeout: Duration,
     pub(crate) max_session_timeout: Duration,
     pub(crate) start_timeout: Duration,
+    /// TLS, x509 and SASL (all off by default).
+    pub(crate) security: Security,
 }
 
 impl Default for Settings {
@@ -62,6 +65,7 @@ impl Default for Settings {
             min_session_timeout: Duration::from_millis(400),
             max_session_timeout: Duration::from_secs(60),
             start_timeout: START_TIMEOUT,
+            security: Security::default(),
         }
     }
 }
@@ -78,6 +82,7 @@ fn millis(what: &'static str, d: Duration) -> Result<i32> {
 
 impl Settings {
     pub(crate) fn validate(&self) -> Result<()> {
+        self.security.validate()?;
         self.common_config().map(drop)
     }
 
@@ -90,7 +95,10 @@ impl Settings {
         SessionLimits::new(self.min_session_timeout, self.max_session_timeout)
     }
 
-    /// `zoo.cfg` lines every harness server has.
+    /// `zoo.cfg` lines every harness server has. The client port's lines are not among them:
+    /// a plaintext server has `clientPort` and `clientPortAddress`, a TLS-only one
+    /// `secureClientPort` and `secureClientPortAddress` (ZooKeeper 3.8 refuses a
+    /// `clientPortAddress` without a `clientPort`).
     pub(crate) fn common_config(&self) -> Result<String> {
         let tick = self.tick_ms()?;
         let limits = self.session_limits()?;
@@ -98,7 +106,6 @@ impl Settings {
             "tickTime={tick}\n\
              {}\n\
              {}\n\
-             clientPortAddress=127.0.0.1\n\
              admin.enableServer=false\n\
              4lw.commands.whitelist=*\n\
              maxClientCnxns=0\n",

@@ -88,6 +88,36 @@
 //! # fn main() {}
 //! ```
 //!
+//! # Secured servers: TLS, mutual TLS, x509 and SASL
+//!
+//! [`TestingServerBuilder::tls`] starts a server that serves over TLS only (a
+//! `secureClientPort`, no plaintext port), with a [`TestCa`] of its own
+//! ([`TestingServer::tls`] hands out its CA and client certificates as PEM files and strings),
+//! [`ClientAuth`] for `ssl.clientAuth`, [`ServerCertificate`] for a certificate a client must
+//! refuse (wrong host, expired, unknown CA), [`TestingServerBuilder::x509_auth`] for ACLs
+//! such as `x509:CN=svc-client`, and [`TestingServerBuilder::sasl_user`] /
+//! [`TestingServerBuilder::sasl_required`] for SASL DIGEST-MD5 (`sasl:<user>`). A TLS server's
+//! [`TestingServer::connect_string`] is `tcp+tls://127.0.0.1:PORT`. [`TestingClusterBuilder`] has
+//! the same options (one CA for the ensemble; links between servers stay plaintext). These are
+//! process-backend servers: the docker backend answers [`HarnessError::Unsupported`].
+//! [`expire_session`] and [`mntr`] speak plaintext only.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use zookeeper_recipes_testing::{ClientAuth, TestingServer};
+//!
+//! let server = TestingServer::builder()
+//!     .tls(ClientAuth::Need)
+//!     .sasl_user("svc", "svc-secret")
+//!     .start()
+//!     .await?;
+//! let tls = server.tls().expect("a TLS server");
+//! let client_cert = tls.client_cert("svc-client")?; // x509:CN=svc-client
+//! println!("{} {} {}", tls.ca_path().display(), client_cert.cert_path().display(), client_cert.key_path().display());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Checking histories, and fault trials
 //!
 //! [`history`] is a pure checker of recorded terms and fenced writes (no overlapping terms,
@@ -116,8 +146,10 @@ pub mod provision;
 #[allow(dead_code)]
 mod provision;
 mod proxy;
+mod security;
 mod server;
 mod server_process;
+mod tls;
 
 use std::collections::BTreeMap;
 
@@ -131,6 +163,9 @@ pub(crate) use jvm::Installation;
 pub use proxy::FaultProxy;
 pub use server::{TestingServer, TestingServerBuilder};
 pub use server_process::process_state;
+pub use tls::{
+    CertifiedKey, ClientAuth, SERVER_NAMES, ServerCertificate, ServerTls, TestCa, WRONG_HOST,
+};
 
 /// Errors of the test harness.
 ///
@@ -214,6 +249,15 @@ pub enum HarnessError {
         /// The argument.
         what: &'static str,
         /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A certificate, key or TLS setting of the harness could not be made.
+    #[error("TLS: {what}: {reason}")]
+    Tls {
+        /// What the harness was making.
+        what: String,
+        /// Why it failed.
         reason: String,
     },
 

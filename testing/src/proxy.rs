@@ -32,6 +32,16 @@ enum Mode {
     Cut,
 }
 
+/// An upstream's scheme (`tcp+tls://`, `tcp://`, or empty) and its `host:port`.
+fn split_scheme(upstream: &str) -> (&'static str, &str) {
+    for scheme in ["tcp+tls://", "tcp://"] {
+        if let Some(rest) = upstream.strip_prefix(scheme) {
+            return (scheme, rest);
+        }
+    }
+    ("", upstream)
+}
+
 /// A loopback TCP proxy in front of one or more servers, to do network faults to a client.
 ///
 /// [`start`](Self::start) opens one listener per upstream; clients connect to
@@ -71,6 +81,8 @@ enum Mode {
 /// ```
 pub struct FaultProxy {
     listen: Vec<SocketAddr>,
+    /// Each upstream's scheme (`tcp+tls://`, `tcp://` or empty), kept in the connect string.
+    schemes: Vec<&'static str>,
     mode: watch::Sender<Mode>,
     connections: Arc<AtomicUsize>,
     /// How many chunks the servers sent wait out a delay in the proxy now.
@@ -111,16 +123,21 @@ impl FaultProxy {
             });
         }
         let mut listeners = Vec::with_capacity(upstreams.len());
+        let mut schemes = Vec::with_capacity(upstreams.len());
         for upstream in upstreams {
+            let (scheme, address) = split_scheme(upstream);
             let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
                 .await
                 .map_err(HarnessError::io("binding a proxy listener"))?;
-            let address = listener
+            let listen = listener
                 .local_addr()
                 .map_err(HarnessError::io("reading a proxy listener's address"))?;
-            listeners.push((listener, address, upstream.clone()));
+            listeners.push((listener, listen, address.to_owned()));
+            schemes.push(scheme);
         }
-        FaultProxy::serve(listeners, None, Duration::ZERO)
+        let mut proxy = FaultProxy::serve(listeners, None, Duration::ZERO)?;
+        proxy.schemes = schemes;
+        Ok(proxy)
     }
 
     /// A proxy for one directed link between two ZooKeeper servers: listener 0 forwards to the
@@ -182,6 +199,7 @@ impl FaultProxy {
         }
         Ok(FaultProxy {
             listen,
+            schemes: Vec::new(),
             mode,
             connections,
             held_replies,
@@ -189,12 +207,13 @@ impl FaultProxy {
         })
     }
 
-    /// The proxy's listen addresses, comma-joined in upstream order: the connect string for
-    /// clients.
+    /// The proxy's listen addresses, comma-joined in upstream order, each with its upstream's
+    /// scheme (`tcp+tls://` for a TLS server): the connect string for clients.
     pub fn connect_string(&self) -> String {
         self.listen
             .iter()
-            .map(ToString::to_string)
+            .enumerate()
+            .map(|(k, a)| format!("{}{a}", self.schemes.get(k).copied().unwrap_or("")))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -594,6 +613,16 @@ async fn pump<R, W>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_upstream_scheme_is_split_off() {
+        assert_eq!(
+            split_scheme("tcp+tls://127.0.0.1:1"),
+            ("tcp+tls://", "127.0.0.1:1")
+        );
+        assert_eq!(split_scheme("tcp://127.0.0.1:2"), ("tcp://", "127.0.0.1:2"));
+        assert_eq!(split_scheme("127.0.0.1:3"), ("", "127.0.0.1:3"));
+    }
 
     /// A loopback port that nothing listens on now (and that this process hands out once).
     fn unused_port() -> u16 {

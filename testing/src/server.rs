@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
 use super::config::{ServerMode, Settings};
 use super::server_process::{self as process, FLW_TIMEOUT, NodeFiles, ServerNode};
+use super::tls::{ClientAuth, ServerCertificate, ServerTls};
 use super::{Backend, HarnessError, Installation, Result};
 
 /// How many fresh ports a first start tries when the port turns out to be taken.
@@ -56,6 +58,88 @@ impl TestingServerBuilder {
         self
     }
 
+    /// Serves clients over TLS only, asking them for a certificate as `client_auth` says
+    /// (ZooKeeper's `ssl.clientAuth`).
+    ///
+    /// The server gets a `secureClientPort` and no plaintext client port
+    /// (`serverCnxnFactory=NettyServerCnxnFactory`, PEM key and trust stores), a CA of its
+    /// own and a certificate from it for `IP:127.0.0.1` and `DNS:localhost`: see
+    /// [`TestingServer::tls`] for the CA and client certificates to hand to a client, and
+    /// [`tls_server_certificate`](Self::tls_server_certificate) for a certificate a client
+    /// must refuse. [`TestingServer::connect_string`] is then `tcp+tls://127.0.0.1:PORT`.
+    /// With [`ClientAuth::Want`] or [`ClientAuth::Need`] the x509 provider is on as well
+    /// ([`x509_auth`](Self::x509_auth)): ZooKeeper 3.8 closes every connection that carries
+    /// a certificate when no x509 provider is configured.
+    ///
+    /// The harness's own four-letter words ([`TestingServer::four_letter_word`], the wait
+    /// for the server to serve) go over TLS too, with a client certificate of the server's
+    /// CA (`CN=zkr-harness`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use zookeeper_recipes_testing::{ClientAuth, TestingServer};
+    ///
+    /// let server = TestingServer::builder().tls(ClientAuth::Need).start().await?;
+    /// assert!(server.connect_string().starts_with("tcp+tls://127.0.0.1:"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Curator
+    ///
+    /// curator-test's `TestingServer` has no TLS; this is what a Curator user sets up with
+    /// `InstanceSpec` custom properties and a Java key store.
+    pub fn tls(mut self, client_auth: ClientAuth) -> Self {
+        self.settings.security.set_tls(client_auth);
+        self
+    }
+
+    /// Which certificate a TLS server presents (default [`ServerCertificate::Valid`]): a
+    /// wrong-host, expired or unknown-CA one for tests that a client refuses it. Turns TLS on
+    /// (with [`ClientAuth::Need`]) unless [`tls`](Self::tls) was called.
+    pub fn tls_server_certificate(mut self, certificate: ServerCertificate) -> Self {
+        self.settings.security.set_server_certificate(certificate);
+        self
+    }
+
+    /// Turns ZooKeeper's x509 authentication provider on
+    /// (`authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider`): a
+    /// client that presents a certificate is authenticated as `x509:<subject DN>`, such as
+    /// `x509:CN=svc-client`, which ACLs can name. On by itself with [`ClientAuth::Want`] and
+    /// [`ClientAuth::Need`].
+    pub fn x509_auth(mut self, enabled: bool) -> Self {
+        self.settings.security.x509_auth = enabled;
+        self
+    }
+
+    /// Adds a SASL DIGEST-MD5 user: the harness writes a JAAS file with a `Server` section
+    /// (`DigestLoginModule`, `user_<user>="<password>"`), passes it as
+    /// `-Djava.security.auth.login.config` and sets
+    /// `authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider`, so a
+    /// client that logs in is `sasl:<user>` to ACLs. Works with or without TLS. Clients that
+    /// do not log in are still served unless [`sasl_required`](Self::sasl_required).
+    ///
+    /// A user name is ASCII letters, digits, `-`, `_` and `.`; a password holds no `"`, `\`
+    /// or control character ([`HarnessError::InvalidArgument`] at start otherwise).
+    pub fn sasl_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.settings
+            .security
+            .sasl_users
+            .push((user.into(), password.into()));
+        self
+    }
+
+    /// Whether a client must log in with SASL before anything else (default `false`):
+    /// ZooKeeper 3.8's `enforce.auth.enabled=true` with `enforce.auth.schemes=sasl`; a session
+    /// that has not authenticated is closed at its first request. Needs a
+    /// [`sasl_user`](Self::sasl_user).
+    pub fn sasl_required(mut self, required: bool) -> Self {
+        self.settings.security.sasl_required = required;
+        self
+    }
+
     /// Starts the server and waits until it serves.
     ///
     /// # Errors
@@ -73,6 +157,12 @@ impl TestingServerBuilder {
         self.settings.validate()?;
         let inner = match super::backend()? {
             Backend::Process => start_process(&self.settings).await?,
+            #[cfg(feature = "docker")]
+            Backend::Docker if !self.settings.security.is_plain() => {
+                return Err(HarnessError::Unsupported(
+                    "TLS, x509 and SASL servers on the docker backend (use the process backend)",
+                ));
+            }
             #[cfg(feature = "docker")]
             Backend::Docker => {
                 Inner::Docker(super::docker::DockerServer::start(&self.settings).await?)
@@ -138,6 +228,7 @@ enum Inner {
         /// The client port, held from other binds (this and other processes') for the server's
         /// life, so that a restart finds it free.
         _port: process::ReservedPort,
+        tls: Option<Arc<ServerTls>>,
         _dir: tempfile::TempDir,
     },
     #[cfg(feature = "docker")]
@@ -162,8 +253,10 @@ async fn start_process(settings: &Settings) -> Result<Inner> {
             .pop()
             .ok_or(HarnessError::Unsupported("no free port"))?;
         let port = reserved.port();
+        let secured = settings.security.apply(dir.path(), port)?;
         let mut text = common.clone();
-        let _ = write!(text, "dataDir={}\nclientPort={port}\n", data_dir.display());
+        let _ = writeln!(text, "dataDir={}", data_dir.display());
+        text.push_str(&secured.config);
         std::fs::write(&config, text).map_err(HarnessError::io("writing zoo.cfg"))?;
         let node = ServerNode::new(
             install.clone(),
@@ -175,7 +268,8 @@ async fn start_process(settings: &Settings) -> Result<Inner> {
                 data_dir: data_dir.clone(),
                 cleanup_dir: dir.path().to_path_buf(),
                 client_port: port,
-                jvm_flags: Vec::new(),
+                jvm_flags: secured.jvm_flags,
+                probe_tls: secured.probe,
             },
         );
         node.spawn()?;
@@ -185,6 +279,7 @@ async fn start_process(settings: &Settings) -> Result<Inner> {
                     node,
                     start_timeout: settings.start_timeout,
                     _port: reserved,
+                    tls: secured.tls,
                     _dir: dir,
                 });
             }
@@ -222,12 +317,24 @@ impl TestingServer {
         TestingServerBuilder::default()
     }
 
-    /// The connect string, `127.0.0.1:PORT`.
+    /// The connect string: `127.0.0.1:PORT`, or `tcp+tls://127.0.0.1:PORT` for a TLS server
+    /// (what zookeeper-client's `tls` feature dials over TLS; a [`FaultProxy`](super::FaultProxy)
+    /// started on it keeps the scheme). [`address`](Self::address) is the bare address.
     pub fn connect_string(&self) -> &str {
         match &self.inner {
             Inner::Process { node, .. } => node.connect_string(),
             #[cfg(feature = "docker")]
             Inner::Docker(d) => d.connect_string(),
+        }
+    }
+
+    /// The TLS side of a server started with [`TestingServerBuilder::tls`]: its CA and the
+    /// client certificates to hand to clients. `None` for a plaintext server.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        match &self.inner {
+            Inner::Process { tls, .. } => tls.as_deref(),
+            #[cfg(feature = "docker")]
+            Inner::Docker(_) => None,
         }
     }
 
@@ -382,7 +489,8 @@ impl TestingServer {
     }
 
     /// Sends a four-letter word (`srvr`, `mntr`, `cons`, `wchc`, ...) and returns the answer,
-    /// bounded by 5 s.
+    /// bounded by 5 s. On a TLS server the word goes over TLS, as the harness's client
+    /// `CN=zkr-harness`.
     ///
     /// # Errors
     ///
@@ -394,7 +502,13 @@ impl TestingServer {
     ///
     /// Cancel safe: the words are read-only.
     pub async fn four_letter_word(&self, cmd: &str) -> Result<String> {
-        process::four_letter_word(self.connect_string(), cmd, FLW_TIMEOUT).await
+        match &self.inner {
+            Inner::Process { node, .. } => node.four_letter_word(cmd, FLW_TIMEOUT).await,
+            #[cfg(feature = "docker")]
+            Inner::Docker(d) => {
+                process::four_letter_word(d.connect_string(), cmd, FLW_TIMEOUT).await
+            }
+        }
     }
 
     /// The server's `mntr` figures (`zk_packets_received`, `zk_num_alive_connections`, ...).
@@ -407,7 +521,7 @@ impl TestingServer {
     ///
     /// Cancel safe.
     pub async fn mntr(&self) -> Result<BTreeMap<String, String>> {
-        super::mntr(self.connect_string()).await
+        Ok(parse_mntr(&self.four_letter_word("mntr").await?))
     }
 
     /// The server's mode from `srvr` ([`ServerMode::Standalone`] when serving).
@@ -454,7 +568,6 @@ mod tests {
             "tickTime=200",
             "minSessionTimeout=400",
             "maxSessionTimeout=60000",
-            "clientPortAddress=127.0.0.1",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
             "maxClientCnxns=0",

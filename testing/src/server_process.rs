@@ -11,7 +11,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
@@ -154,6 +154,20 @@ pub(crate) async fn four_letter_word(
     cmd: &str,
     timeout: Duration,
 ) -> Result<String> {
+    four_letter_word_over(address, None, cmd, timeout).await
+}
+
+/// The TLS client of a harness probe: what it presents and accepts.
+pub(crate) type ProbeTls = Arc<rustls::ClientConfig>;
+
+/// [`four_letter_word`] over TLS when `tls` is given (a TLS-only port: ZooKeeper answers the
+/// words inside the TLS session, as it answers requests).
+pub(crate) async fn four_letter_word_over(
+    address: &str,
+    tls: Option<&ProbeTls>,
+    cmd: &str,
+    timeout: Duration,
+) -> Result<String> {
     if cmd.len() != 4 || !cmd.bytes().all(|b| b.is_ascii_lowercase()) {
         return Err(HarnessError::InvalidArgument {
             what: "four-letter word",
@@ -161,22 +175,49 @@ pub(crate) async fn four_letter_word(
         });
     }
     let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await?;
-        stream.write_all(cmd.as_bytes()).await?;
-        let mut out = Vec::new();
-        stream.read_to_end(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
+        let stream = tokio::net::TcpStream::connect(address).await?;
+        match tls {
+            None => exchange_word(stream, cmd).await,
+            Some(config) => {
+                let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(std::io::Error::other)?;
+                let stream = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await?;
+                exchange_word(stream, cmd).await
+            }
+        }
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(Ok(out)) => Ok(String::from_utf8_lossy(&out).into_owned()),
         Ok(Err(source)) => Err(HarnessError::Io {
-            context: format!("four-letter word {cmd} to {address}"),
+            context: format!(
+                "four-letter word {cmd} to {address}{}",
+                if tls.is_some() { " over TLS" } else { "" }
+            ),
             source,
         }),
         Err(_) => Err(HarnessError::Timeout {
             what: format!("four-letter word {cmd} to {address} got no answer"),
             timeout,
         }),
+    }
+}
+
+/// Writes the word and reads the answer until the server closes. ZooKeeper closes a TLS
+/// connection after a word without a `close_notify`: an unexpected EOF ends the answer too.
+async fn exchange_word<S>(mut stream: S, cmd: &str) -> std::io::Result<Vec<u8>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    stream.write_all(cmd.as_bytes()).await?;
+    stream.flush().await?;
+    let mut out = Vec::new();
+    match stream.read_to_end(&mut out).await {
+        Ok(_) => Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(out),
+        Err(e) => Err(e),
     }
 }
 
@@ -501,6 +542,9 @@ pub(crate) struct ServerNode {
     cleanup_dir: PathBuf,
     jvm_flags: Vec<String>,
     address: SocketAddr,
+    /// `address` as `host:port`, where the probes go.
+    probe_address: String,
+    probe_tls: Option<ProbeTls>,
     connect_string: String,
     /// Serialises start/stop/kill/restart (held across awaits).
     lifecycle: tokio::sync::Mutex<()>,
@@ -519,6 +563,9 @@ pub(crate) struct NodeFiles {
     pub(crate) client_port: u16,
     /// Java system properties beyond the harness's own (`-Dkey=value`).
     pub(crate) jvm_flags: Vec<String>,
+    /// For a TLS-only server: the TLS client of the harness's probes. The connect string is
+    /// then `tcp+tls://127.0.0.1:PORT`.
+    pub(crate) probe_tls: Option<ProbeTls>,
 }
 
 impl ServerNode {
@@ -534,7 +581,12 @@ impl ServerNode {
             cleanup_dir: files.cleanup_dir,
             jvm_flags: files.jvm_flags,
             address,
-            connect_string: address.to_string(),
+            probe_address: address.to_string(),
+            connect_string: match files.probe_tls {
+                Some(_) => format!("tcp+tls://{address}"),
+                None => address.to_string(),
+            },
+            probe_tls: files.probe_tls,
             lifecycle: tokio::sync::Mutex::new(()),
             process: Mutex::new(None),
         }
@@ -546,6 +598,11 @@ impl ServerNode {
 
     pub(crate) fn connect_string(&self) -> &str {
         &self.connect_string
+    }
+
+    /// Sends a four-letter word to this server (over TLS for a TLS-only one).
+    pub(crate) async fn four_letter_word(&self, cmd: &str, timeout: Duration) -> Result<String> {
+        four_letter_word_over(&self.probe_address, self.probe_tls.as_ref(), cmd, timeout).await
     }
 
     pub(crate) fn log_path(&self) -> &Path {
@@ -635,7 +692,7 @@ impl ServerNode {
                     log_tail: self.log_tail(),
                 });
             }
-            if let Ok(srvr) = four_letter_word(&self.connect_string, "srvr", PROBE_TIMEOUT).await {
+            if let Ok(srvr) = self.four_letter_word("srvr", PROBE_TIMEOUT).await {
                 let mode = parse_mode(&srvr);
                 if mode != ServerMode::NotServing {
                     if !identity_checked {
@@ -658,7 +715,7 @@ impl ServerNode {
 
     /// Whether the server on our port runs with our data directory.
     async fn is_mine(&self) -> Result<bool> {
-        let Ok(conf) = four_letter_word(&self.connect_string, "conf", PROBE_TIMEOUT).await else {
+        let Ok(conf) = self.four_letter_word("conf", PROBE_TIMEOUT).await else {
             return Ok(false);
         };
         let ours = self.data_dir.to_string_lossy();
