@@ -111,6 +111,16 @@ impl TlsConfig {
         self.identity.is_some()
     }
 
+    /// Reads and checks the files and PEM text now, as building a session does: for a tool
+    /// that reports a bad file as a usage error before it connects. Installs the process's
+    /// default crypto provider if none is (see the type's docs).
+    ///
+    /// # Errors
+    /// [`Error::InvalidTls`], naming the file (or the in-memory PEM) and the cause.
+    pub fn check(&self) -> Result<()> {
+        self.load().map(drop)
+    }
+
     /// Reads and checks everything; the material a session connects with.
     pub(super) fn load(&self) -> Result<TlsMaterial> {
         let provider = crypto_provider();
