@@ -572,6 +572,48 @@ mod tests {
     }
 
     #[test]
+    fn a_sasl_login_is_checked_at_build_and_never_printed() {
+        let builder = Session::builder("a:1").sasl_digest("alice", "s3cret-pw");
+        let printed = format!("{builder:?}");
+        assert!(printed.contains("alice"), "{printed}");
+        assert!(!printed.contains("s3cret-pw"), "{printed}");
+        let config = builder.validate().unwrap();
+        assert!(config.has_identity() && config.direct());
+        assert_eq!(config.servers(), "a:1");
+        for (user, password, what) in [("", "pw", "SASL user"), ("alice", "", "SASL password")] {
+            match Session::builder("a:1")
+                .sasl_digest(user, password)
+                .validate()
+            {
+                Err(Error::InvalidArgument { what: w, reason }) => {
+                    assert_eq!(w, what);
+                    assert!(!reason.contains("pw"), "{reason}");
+                }
+                other => panic!("{user:?}/{password:?}: {other:?}"),
+            }
+        }
+        let plain = Session::builder("a:1").validate().unwrap();
+        assert!(!plain.has_identity() && !plain.direct());
+    }
+
+    #[test]
+    fn a_tls_host_name_that_tls_cannot_verify_is_refused_before_connecting() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n";
+        match Session::builder("tcp+tls://bad_name!:1")
+            .tls(crate::TlsConfig::ca_pem(pem))
+            .validate()
+        {
+            Err(Error::InvalidConnectString { reason, .. }) => {
+                assert!(
+                    reason.contains("not a host name TLS can verify"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn start_outside_a_runtime_is_a_typed_error() {
         assert!(matches!(
             Session::builder("127.0.0.1:1").start(),

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, Permission};
-use zookeeper_recipes::{Error, LeaderLatch, NodeAcl, Session, TlsConfig};
-use zookeeper_recipes_rigs::fixtures::{BOUND, within, zookeeper};
+use zookeeper_recipes::{ConnectionState, Error, LeaderLatch, NodeAcl, Session, TlsConfig};
+use zookeeper_recipes_rigs::fixtures::{BOUND, StateRecorder, within, zookeeper};
 use zookeeper_recipes_testing::{
     self as testing, ClientAuth, ServerCertificate, TestCa, TestingServer,
 };
@@ -153,6 +153,36 @@ async fn a_session_over_tls_creates_and_reads_nodes_with_the_ca_from_a_file_or_f
     ));
     from_file.close().await.unwrap();
     from_memory.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_session_over_mtls_survives_a_server_restart_within_its_timeout() {
+    if !zookeeper() {
+        return;
+    }
+    let server = server(TestingServer::builder().tls(ClientAuth::Need)).await;
+    let tls = server.tls().expect("TLS");
+    let me = tls.client_cert("svc-client").expect("a client certificate");
+    let session = connect(
+        Session::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(8))
+            .tls(TlsConfig::ca_file(tls.ca_path()).identity_files(me.cert_path(), me.key_path())),
+        "mTLS",
+    )
+    .await;
+    let id = session.session_id().expect("a session id");
+    let mut states = StateRecorder::start(&session);
+    server.stop().await.expect("the server stops");
+    states.expect(ConnectionState::Suspended, BOUND).await;
+    server.restart().await.expect("the server restarts");
+    let (status, _) = states.expect(ConnectionState::Reconnected, BOUND).await;
+    assert_eq!(
+        status.session_id,
+        Some(id),
+        "the same session, over TLS again"
+    );
+    assert!(!status.new_session);
+    session.close().await.unwrap();
 }
 
 #[tokio::test]
