@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, Permission};
-use zookeeper_recipes::{ConnectionState, Error, LeaderLatch, NodeAcl, Session, TlsConfig};
+use zookeeper_recipes::{
+    ConnectionState, Error, InterProcessMutex, LeaderLatch, NodeAcl, Session, TlsConfig,
+};
 use zookeeper_recipes_rigs::fixtures::{BOUND, StateRecorder, within, zookeeper};
 use zookeeper_recipes_testing::{
     self as testing, ClientAuth, ServerCertificate, TestCa, TestingServer,
@@ -487,4 +489,65 @@ async fn a_latch_over_mtls_is_elected_with_the_creator_acl_naming_the_certificat
     assert_eq!((acl[0].scheme(), acl[0].id()), ("x509", "CN=svc-client"));
     latch.close().await.unwrap();
     session.close().await.unwrap();
+}
+
+/// A mutex over SASL: two sessions of the same login take turns, and the lock's nodes name the
+/// login alone.
+#[tokio::test]
+async fn a_mutex_over_sasl_serialises_two_sessions_of_one_login_with_the_creator_acl() {
+    if !zookeeper() {
+        return;
+    }
+    let server = server(TestingServer::builder().sasl_user("job", "job-secret")).await;
+    let a = connect(
+        Session::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(6))
+            .sasl_digest("job", "job-secret"),
+        "job over SASL (a)",
+    )
+    .await;
+    let b = connect(
+        Session::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(6))
+            .sasl_digest("job", "job-secret"),
+        "job over SASL (b)",
+    )
+    .await;
+    let root = root_on(&a, "mutex-sasl").await;
+    let path = format!("{root}/lock");
+    let mutex = |s: &Session| {
+        InterProcessMutex::builder(s, &path)
+            .acl(NodeAcl::creator_all())
+            .build()
+            .expect("a mutex with the creator ACL on a SASL login")
+    };
+    let (ma, mb) = (mutex(&a), mutex(&b));
+    let held = within(BOUND, "a takes the free lock", ma.acquire())
+        .await
+        .expect("a holds the lock");
+    assert!(
+        mb.acquire_timeout(Duration::from_millis(500))
+            .await
+            .expect("b asks")
+            .is_none(),
+        "b must not get the lock a holds"
+    );
+    let client = a.client().unwrap();
+    let nodes = client.list_children(&path).await.unwrap();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let (acl, _) = client
+        .get_acl(&format!("{path}/{}", nodes[0]))
+        .await
+        .unwrap();
+    assert_eq!(
+        acl.iter().map(|x| (x.scheme(), x.id())).collect::<Vec<_>>(),
+        [("sasl", "job")]
+    );
+    held.release().await.expect("a releases");
+    let next = within(BOUND, "b takes the lock a released", mb.acquire())
+        .await
+        .expect("b holds the lock");
+    next.release().await.expect("b releases");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }
