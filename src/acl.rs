@@ -60,9 +60,15 @@ impl NodeAcl {
     }
 
     /// All permissions for the identities the creating session authenticated with (`auth`
-    /// scheme), nothing for anyone else. The session needs credentials
-    /// ([`SessionBuilder::digest_auth`](crate::SessionBuilder::digest_auth)); a recipe built with
-    /// this ACL on a session without them is rejected at construction.
+    /// scheme), nothing for anyone else. The server expands it into one entry per identity of
+    /// the session: `digest:<user>:<hash>`
+    /// ([`SessionBuilder::digest_auth`](crate::SessionBuilder::digest_auth)), `sasl:<user>`
+    /// (`SessionBuilder::sasl_digest`, feature `sasl-digest-md5`), and `x509:<subject DN>` for a
+    /// TLS client certificate (`TlsConfig::identity_files`, feature `tls`) where the servers run
+    /// ZooKeeper's x509 auth provider (`authProvider.x509`). The session needs one of them; a
+    /// recipe built with this ACL on a session without any is rejected at construction. A
+    /// client certificate on servers without the x509 provider gives no identity: the server
+    /// then refuses the create (`InvalidAcl`, [`Error::Refused`]).
     pub fn creator_all() -> Self {
         Self::from_acls(Acls::creator_all())
     }
@@ -118,8 +124,9 @@ impl NodeAcl {
         if self.needs_credentials() && !has_credentials {
             return Err(Error::InvalidArgument {
                 what: "node ACL",
-                reason: "a creator ACL (scheme `auth`) needs a session with credentials \
-                         (SessionBuilder::digest_auth); the server would refuse every node"
+                reason: "a creator ACL (scheme `auth`) needs a session with an identity \
+                         (SessionBuilder::digest_auth, sasl_digest, or a TLS client \
+                         certificate); the server would refuse every node"
                     .into(),
             });
         }

@@ -89,6 +89,31 @@ pub enum Error {
     #[error("ZooKeeper authentication failed")]
     AuthFailed,
 
+    /// The TLS settings cannot be used, found when the session is built, before anything
+    /// connects: a missing or unreadable file, text that is not PEM or holds no certificate or
+    /// key, a private key that does not match its certificate, a key file that group or others
+    /// may read. Fix the file named in `what`.
+    #[error("invalid TLS {what}: {reason}")]
+    InvalidTls {
+        /// What was refused, with its file: `client key /etc/svc/key.pem`.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A server took the TCP connection but the TLS handshake failed: its certificate is not
+    /// signed by the configured CA, has expired, or does not name the host dialled, or it
+    /// requires a client certificate and got none (or refused the one given). What
+    /// [`SessionBuilder::connect`](crate::SessionBuilder::connect) reports when that is why no
+    /// session came within the connection timeout.
+    #[error("TLS handshake failed: {reason}")]
+    TlsHandshake {
+        /// Each failing server and rustls's reason, for example `127.0.0.1:2281: the server's
+        /// certificate is not signed by a CA of the configured CA bundle (invalid peer
+        /// certificate: UnknownIssuer)`.
+        reason: String,
+    },
+
     /// No tokio runtime is running on this thread; sessions and recipes spawn background tasks.
     #[error("no tokio runtime: sessions and recipes must be started inside a tokio runtime")]
     NoRuntime,

@@ -100,6 +100,9 @@
 //!   (`default-features = false`).
 //! - `metrics`: leadership and session metrics through the `metrics` facade; the names and
 //!   labels are in [`metrics`].
+//! - `tls`: TLS and mutual TLS to the servers (`tcp+tls://` hosts, `SessionBuilder::tls`,
+//!   `TlsConfig`), through zookeeper-client's `tls` (rustls).
+//! - `sasl-digest-md5`: SASL DIGEST-MD5 logins (`SessionBuilder::sasl_digest`).
 //!
 //! Beside this crate: `zookeeper-recipes-testing` (the test harness, Curator's `curator-test`:
 //! `TestingServer`, `TestingCluster`, `FaultProxy`, `expire_session`, a history checker) and
@@ -150,6 +153,9 @@ pub use leader::{
     LeaderSelectorListener, ObserverEvent, Overrun, PoolEvent, SelectorState,
 };
 pub use lock::{InterProcessMutex, InterProcessMutexBuilder, MutexGuard};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use session::TlsConfig;
 pub use session::{Session, SessionBuilder, SessionStatus};
 pub use state::{ConnectionState, ErrorPolicy};
 /// The token type of [`Leadership::cancellation_token`] and [`MutexGuard::lost_token`], re-exported so

@@ -1,4 +1,5 @@
-//! Connect strings: `host:port[,host:port...][/chroot]`, checked before a session starts.
+//! Connect strings: `host:port[,host:port...][/chroot]`, each host optionally `tcp://` or
+//! `tcp+tls://`, checked before a session starts.
 
 use super::validate_path;
 use crate::error::{Error, Result};
@@ -6,10 +7,26 @@ use crate::error::{Error, Result};
 /// A parsed and validated connect string: `host:port[,host:port...][/chroot]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConnectString {
-    /// `host:port` entries (with `tcp://` kept where given).
+    /// `host:port` entries, without their scheme.
     pub(crate) hosts: Vec<String>,
     /// The chroot, absolute, or `None`.
     pub(crate) chroot: Option<String>,
+    /// What the schemes of the hosts say.
+    pub(crate) transport: Transport,
+}
+
+/// What the schemes of a connect string's hosts say. A string that mixes `tcp+tls://` hosts
+/// with others is refused: a session would cross the network in clear text whenever it landed
+/// on a plaintext server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// No host has a scheme: plaintext, or TLS when the session has a TLS configuration (as the
+    /// Java client's `zookeeper.client.secure`).
+    Unspecified,
+    /// Some hosts say `tcp://`, none `tcp+tls://`.
+    Plain,
+    /// Every host says `tcp+tls://`.
+    Tls,
 }
 
 impl ConnectString {
@@ -31,14 +48,24 @@ impl ConnectString {
             None => (s_trim, None),
         };
         let mut hosts = Vec::new();
+        let (mut tls, mut tcp, mut bare_hosts) = (0, 0, 0);
         for entry in hosts_part.split(',') {
             let entry = entry.trim();
-            let bare = entry.strip_prefix("tcp://").unwrap_or(entry);
+            let bare = if let Some(rest) = entry.strip_prefix("tcp+tls://") {
+                tls += 1;
+                rest
+            } else if let Some(rest) = entry.strip_prefix("tcp://") {
+                tcp += 1;
+                rest
+            } else {
+                bare_hosts += 1;
+                entry
+            };
             if bare.is_empty() {
                 return invalid("empty host entry (stray ',')");
             }
             if bare.contains("://") {
-                return invalid("only plain tcp:// servers are supported");
+                return invalid("only tcp:// and tcp+tls:// servers are supported");
             }
             let (host, port) = match bare.rsplit_once(':') {
                 Some((h, p)) if !h.contains(':') || h.starts_with('[') => (h, Some(p)),
@@ -66,7 +93,21 @@ impl ConnectString {
             return invalid("chroot is not a valid absolute path");
         }
         let chroot = chroot.filter(|c| c != "/");
-        Ok(ConnectString { hosts, chroot })
+        let transport = match (tls, tcp + bare_hosts) {
+            (0, _) if tcp == 0 => Transport::Unspecified,
+            (0, _) => Transport::Plain,
+            (_, 0) => Transport::Tls,
+            _ => {
+                return invalid(
+                    "mixes tcp+tls:// servers with plaintext ones: the session would cross the network in clear text whenever it landed on a plaintext server; write tcp+tls:// on every host",
+                );
+            }
+        };
+        Ok(ConnectString {
+            hosts,
+            chroot,
+            transport,
+        })
     }
 
     /// The hosts part, as zookeeper-client accepts it.
@@ -75,13 +116,17 @@ impl ConnectString {
     }
 }
 
-/// Splits `host:port,.../chroot` at the first '/' that is not part of a `tcp://` scheme.
+/// Splits `host:port,.../chroot` at the first '/' that is not part of a `tcp://` or
+/// `tcp+tls://` scheme.
 fn split_chroot(s: &str) -> (&str, Option<String>) {
     let mut offset = 0;
     let bytes = s.as_bytes();
     while offset < s.len() {
-        if s[offset..].starts_with("tcp://") {
-            offset += "tcp://".len();
+        if let Some(scheme) = ["tcp://", "tcp+tls://"]
+            .into_iter()
+            .find(|scheme| s[offset..].starts_with(scheme))
+        {
+            offset += scheme.len();
             continue;
         }
         if bytes[offset] == b'/' {
@@ -126,6 +171,38 @@ mod tests {
             ["[::1]:2181"]
         );
         assert_eq!(ConnectString::parse("a:1/").unwrap().chroot, None);
+        assert_eq!(
+            ConnectString::parse("a:1").unwrap().transport,
+            Transport::Unspecified
+        );
+        assert_eq!(
+            ConnectString::parse("tcp://a:1,b:2").unwrap().transport,
+            Transport::Plain
+        );
+    }
+
+    #[test]
+    fn tls_hosts_parse_per_host_with_a_chroot() {
+        let cs = ConnectString::parse("tcp+tls://a:1,tcp+tls://[::1]:2/app").unwrap();
+        assert_eq!(cs.hosts, ["a:1", "[::1]:2"]);
+        assert_eq!(cs.chroot.as_deref(), Some("/app"));
+        assert_eq!(cs.transport, Transport::Tls);
+    }
+
+    #[test]
+    fn mixing_tls_and_plaintext_hosts_is_refused() {
+        for mixed in [
+            "tcp+tls://a:1,b:2",
+            "tcp+tls://a:1,tcp://b:2",
+            "a:1,tcp+tls://b:2/x",
+        ] {
+            match ConnectString::parse(mixed) {
+                Err(Error::InvalidConnectString { reason, .. }) => {
+                    assert!(reason.contains("mixes"), "{mixed}: {reason}")
+                }
+                other => panic!("{mixed}: {other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -141,7 +218,8 @@ mod tests {
             "a:port",
             "a:1/b/",
             "a:1//b",
-            "tcp+tls://a:1",
+            "udp://a:1",
+            "tcp+tls://",
             "a b:1",
         ] {
             assert!(

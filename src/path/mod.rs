@@ -4,7 +4,7 @@
 mod connect;
 mod naming;
 
-pub(crate) use connect::{ConnectString, validate_chroot};
+pub(crate) use connect::{ConnectString, Transport, validate_chroot};
 pub use naming::{LATCH_LOCK_NAME, MUTEX_LOCK_NAME};
 pub(crate) use naming::{
     Standing, lock_name_for, protected_prefix, sequence_of, sort_contenders, standing,

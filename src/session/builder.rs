@@ -13,7 +13,7 @@ use super::supervise::supervise;
 use super::{Session, SessionStatus, Shared, StopOnDrop};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::path::{self, ConnectString};
+use crate::path::{self, ConnectString, Transport};
 
 /// [`Session::DEFAULT_SESSION_TIMEOUT`].
 pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -45,6 +45,9 @@ pub struct SessionBuilder {
     session_timeout: Duration,
     connection_timeout: Duration,
     digest: Option<Digest>,
+    sasl: Option<Digest>,
+    #[cfg(feature = "tls")]
+    tls: Option<super::tls::TlsConfig>,
     read_only: bool,
     lease_margin: Option<Duration>,
     server_tick_time: Option<Duration>,
@@ -61,6 +64,9 @@ impl SessionBuilder {
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             digest: None,
+            sasl: None,
+            #[cfg(feature = "tls")]
+            tls: None,
             read_only: false,
             lease_margin: None,
             server_tick_time: None,
@@ -99,6 +105,46 @@ impl SessionBuilder {
     /// empty password, and every client configured without one would share one identity.
     pub fn digest_auth(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.digest = Some(Digest {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// Connects to the servers over TLS, trusting the CA bundle of `config` and presenting its
+    /// client certificate, if it has one (crate feature `tls`).
+    ///
+    /// Hosts written without a scheme (`zk1:2281`) are then dialled over TLS, as the Java
+    /// client's `zookeeper.client.secure=true` does; `tcp+tls://zk1:2281` says so per host. A
+    /// connect string that mixes `tcp+tls://` hosts with plaintext ones (`tcp://`, or none) is
+    /// refused ([`Error::InvalidConnectString`]): the session and its credentials would cross
+    /// the network in clear text whenever it landed on a plaintext server. So is an explicit
+    /// `tcp://` host with this setting, and a `tcp+tls://` host without it.
+    ///
+    /// The files are read and checked when the session is built ([`Error::InvalidTls`]; see
+    /// [`TlsConfig`](crate::TlsConfig)). A session with TLS connects its client straight to the
+    /// servers.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls(mut self, config: crate::TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Logs in with SASL DIGEST-MD5 as `user` (crate feature `sasl-digest-md5`): the servers
+    /// check the password against their JAAS `Server` section, and the session's identity is
+    /// `sasl:<user>`, which [`NodeAcl::creator_all`](crate::NodeAcl::creator_all) names. Unlike
+    /// [`digest_auth`](Self::digest_auth), the password never crosses the network.
+    ///
+    /// Checked when the session is built: an empty user or password is
+    /// [`Error::InvalidArgument`] (`SASL user`, `SASL password`; the message never holds the
+    /// password). A password the servers refuse is [`Error::AuthFailed`] from
+    /// [`connect`](Self::connect). A session with SASL connects its client straight to the
+    /// servers.
+    #[cfg(feature = "sasl-digest-md5")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sasl-digest-md5")))]
+    pub fn sasl_digest(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.sasl = Some(Digest {
             user: user.into(),
             password: password.into(),
         });
@@ -179,6 +225,45 @@ impl SessionBuilder {
 
     fn validate(self) -> Result<Config> {
         let parsed = ConnectString::parse(&self.connect)?;
+        #[cfg(feature = "tls")]
+        let tls_configured = self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        let tls_configured = false;
+        let refuse = |reason: &str| {
+            Err(Error::InvalidConnectString {
+                connect: self.connect.clone(),
+                reason: reason.to_owned(),
+            })
+        };
+        match (parsed.transport, tls_configured) {
+            (Transport::Tls, false) if cfg!(feature = "tls") => {
+                return refuse(
+                    "tcp+tls:// servers need a TLS configuration (SessionBuilder::tls: the CA that signs their certificates)",
+                );
+            }
+            (Transport::Tls, false) => {
+                return refuse("tcp+tls:// servers need the crate feature `tls`");
+            }
+            (Transport::Plain, true) => {
+                return refuse(
+                    "a tcp:// server with a TLS configuration: the session would go to it in clear text (leave the scheme out, or write tcp+tls://)",
+                );
+            }
+            _ => {}
+        }
+        #[cfg(feature = "tls")]
+        let tls = match &self.tls {
+            Some(config) => {
+                for host in &parsed.hosts {
+                    super::tls::check_host(host).map_err(|reason| Error::InvalidConnectString {
+                        connect: self.connect.clone(),
+                        reason,
+                    })?;
+                }
+                Some(Arc::new(config.load()?))
+            }
+            None => None,
+        };
         let chroot = match (parsed.chroot.clone(), self.chroot) {
             (Some(_), Some(_)) => {
                 return Err(Error::InvalidConnectString {
@@ -219,6 +304,20 @@ impl SessionBuilder {
                 reason: "must be non-empty".into(),
             });
         }
+        if let Some(Digest { user, password }) = &self.sasl {
+            if user.is_empty() {
+                return Err(Error::InvalidArgument {
+                    what: "SASL user",
+                    reason: "must be non-empty".into(),
+                });
+            }
+            if password.is_empty() {
+                return Err(Error::InvalidArgument {
+                    what: "SASL password",
+                    reason: "must be non-empty".into(),
+                });
+            }
+        }
         if self.server_tick_time.is_some_and(|t| t.is_zero()) {
             return Err(Error::InvalidArgument {
                 what: "server tick time",
@@ -237,6 +336,9 @@ impl SessionBuilder {
             session_timeout: self.session_timeout,
             connection_timeout: self.connection_timeout,
             digest: self.digest,
+            sasl: self.sasl,
+            #[cfg(feature = "tls")]
+            tls,
             read_only: self.read_only,
             lease_margin: self.lease_margin,
             server_tick_time: self.server_tick_time,
@@ -251,8 +353,9 @@ impl SessionBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConnectString`], [`Error::InvalidPath`] (relative chroot),
-    /// [`Error::InvalidArgument`] (zero timeout, bad digest user), [`Error::NoRuntime`] outside a
-    /// tokio runtime.
+    /// [`Error::InvalidArgument`] (zero timeout, bad digest user), [`Error::InvalidTls`] (a TLS
+    /// file that is missing, not PEM, or a key that does not match or is open to others),
+    /// [`Error::NoRuntime`] outside a tokio runtime.
     pub fn start(self) -> Result<Session> {
         let config = self.validate()?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
@@ -286,7 +389,10 @@ impl SessionBuilder {
     /// # Errors
     /// As [`start`](Self::start), and when no session was established within the connection
     /// timeout (the session is then closed), why: [`Error::Unreachable`] when no host could be
-    /// reached (its message says `connection refused` when nothing listens), [`Error::Refused`]
+    /// reached (its message says `connection refused` when nothing listens),
+    /// [`Error::TlsHandshake`] when a server took the connection but the TLS handshake failed
+    /// (its message says why: unknown CA, expired or wrong-host certificate, a client
+    /// certificate required), [`Error::Refused`]
     /// (the chroot does not exist and cannot be created: no permission, or an ephemeral node in
     /// its way) or [`Error::AuthFailed`] when the servers answered but refused what a session
     /// needs, else [`Error::Timeout`]. Within the connection timeout it retries with a bounded
@@ -333,11 +439,54 @@ pub(super) struct Config {
     pub(super) session_timeout: Duration,
     pub(super) connection_timeout: Duration,
     pub(super) digest: Option<Digest>,
+    /// SASL DIGEST-MD5 credentials (set only with the `sasl-digest-md5` feature).
+    pub(super) sasl: Option<Digest>,
+    /// The checked TLS material; `Some` means every host is dialled over TLS.
+    #[cfg(feature = "tls")]
+    pub(super) tls: Option<Arc<super::tls::TlsMaterial>>,
     pub(super) read_only: bool,
     pub(super) lease_margin: Option<Duration>,
     pub(super) server_tick_time: Option<Duration>,
     pub(super) jute_max_buffer: usize,
     pub(super) clock: Clock,
+}
+
+impl Config {
+    /// Whether the session has an identity a creator ACL can name: digest credentials, a SASL
+    /// login, or a client certificate.
+    pub(super) fn has_identity(&self) -> bool {
+        #[cfg(feature = "tls")]
+        let certificate = self.tls.as_ref().is_some_and(|t| t.has_identity());
+        #[cfg(not(feature = "tls"))]
+        let certificate = false;
+        self.digest.is_some() || self.sasl.is_some() || certificate
+    }
+
+    /// Whether the client connects straight to the servers rather than through the relay: with
+    /// TLS (the relay would see only ciphertext, and the client would check the certificate
+    /// against the relay's address) and with SASL (a service principal names the host dialled).
+    pub(super) fn direct(&self) -> bool {
+        #[cfg(feature = "tls")]
+        let tls = self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        let tls = false;
+        tls || self.sasl.is_some()
+    }
+
+    /// The hosts as the client dials them when it connects straight to the servers: each
+    /// `tcp+tls://` with TLS.
+    pub(super) fn servers(&self) -> String {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return self
+                .hosts
+                .split(',')
+                .map(|h| format!("tcp+tls://{h}"))
+                .collect::<Vec<_>>()
+                .join(",");
+        }
+        self.hosts.clone()
+    }
 }
 
 #[cfg(test)]
@@ -420,6 +569,48 @@ mod tests {
         assert_eq!(refused("app", ""), Some("digest password"));
         assert_eq!(refused("", ""), Some("digest user"));
         assert_eq!(refused("app", "s3cret"), None);
+    }
+
+    #[test]
+    fn a_sasl_login_is_checked_at_build_and_never_printed() {
+        let builder = Session::builder("a:1").sasl_digest("alice", "s3cret-pw");
+        let printed = format!("{builder:?}");
+        assert!(printed.contains("alice"), "{printed}");
+        assert!(!printed.contains("s3cret-pw"), "{printed}");
+        let config = builder.validate().unwrap();
+        assert!(config.has_identity() && config.direct());
+        assert_eq!(config.servers(), "a:1");
+        for (user, password, what) in [("", "pw", "SASL user"), ("alice", "", "SASL password")] {
+            match Session::builder("a:1")
+                .sasl_digest(user, password)
+                .validate()
+            {
+                Err(Error::InvalidArgument { what: w, reason }) => {
+                    assert_eq!(w, what);
+                    assert!(!reason.contains("pw"), "{reason}");
+                }
+                other => panic!("{user:?}/{password:?}: {other:?}"),
+            }
+        }
+        let plain = Session::builder("a:1").validate().unwrap();
+        assert!(!plain.has_identity() && !plain.direct());
+    }
+
+    #[test]
+    fn a_tls_host_name_that_tls_cannot_verify_is_refused_before_connecting() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMA==\n-----END CERTIFICATE-----\n";
+        match Session::builder("tcp+tls://bad_name!:1")
+            .tls(crate::TlsConfig::ca_pem(pem))
+            .validate()
+        {
+            Err(Error::InvalidConnectString { reason, .. }) => {
+                assert!(
+                    reason.contains("not a host name TLS can verify"),
+                    "{reason}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

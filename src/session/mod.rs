@@ -1,7 +1,8 @@
 //! The managed session ([`Session`] has what it adds to the raw client): builder, lease, protected create, status feed.
 //!
 //! One idea per file: `builder` (the settings, their defaults, `start`), `lease` (the deadline
-//! and the rules that prove it), `relay` (what each connection negotiates), `supervise` (the
+//! and the rules that prove it), `relay` (what each connection negotiates), `tls` (its settings and the handshake's
+//! diagnosis), `supervise` (the
 //! background task: connect, heartbeat, resume, start over), `create` (Curator's protected
 //! create), `feed` (every status change, for a recipe's task). Here: the handle, its
 //! [`SessionStatus`], and what the recipes read from it.
@@ -12,6 +13,8 @@ mod feed;
 mod lease;
 mod relay;
 mod supervise;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
@@ -30,6 +33,8 @@ pub(crate) use builder::{
 pub(crate) use feed::{Change, StatusFeed, classify, flag_set, log_state, until_done};
 pub(crate) use lease::{Lease, LeaseDemand};
 use lease::{assumed_tick, grace_limit};
+#[cfg(feature = "tls")]
+pub use tls::TlsConfig;
 
 use crate::clock::{BootTime, Clock};
 use crate::error::{Error, Result};
@@ -527,9 +532,11 @@ impl Session {
         self.shared.config.connection_timeout
     }
 
-    /// Whether the session authenticates (so that creator ACLs can be used).
+    /// Whether the session authenticates (so that creator ACLs can be used): digest
+    /// credentials, a SASL login, or a client certificate (an identity where the servers run
+    /// the x509 auth provider).
     pub(crate) fn has_credentials(&self) -> bool {
-        self.shared.config.digest.is_some()
+        self.shared.config.has_identity()
     }
 
     /// The largest request the servers accept, and the length of the chroot every path sent

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
-use zookeeper_client::{Acls, Client, CreateMode, SessionInfo, SessionState};
+use zookeeper_client::{Acls, Client, Connector, CreateMode, SessionInfo, SessionState};
 
 use super::builder::{Config, Digest};
 use super::lease::{self, Lease, QuorumProof, assumed_tick, heartbeat_interval, relay_allowance};
@@ -55,20 +55,30 @@ struct Resume {
 /// `publish`.
 pub(super) async fn supervise(shared: Arc<Shared>) {
     let clock = shared.config.clock.clone();
-    // Every connection of the client goes through the relay, which reads what each one
-    // negotiates (see `relay`).
+    // Every connection of a plaintext client goes through the relay, which reads what each one
+    // negotiates (see `relay`). A client with TLS or SASL connects straight to the servers
+    // (`Config::direct`): the relay's channel then stays open and silent.
     let (relay_tx, mut relay_events) = mpsc::unbounded_channel();
-    let relay = match Relay::start(&shared.config.hosts, clock.clone(), relay_tx).await {
-        Ok(relay) => relay,
-        Err(e) => {
-            error!(error = %e, "cannot listen on loopback for the session's relay; the session cannot start");
-            if let Ok(mut refusal) = shared.refusal.lock() {
-                *refusal = Some(Error::Unreachable {
-                    reason: format!("cannot listen on loopback for the session's relay: {e}"),
-                });
+    // What the client dials; `_relay` holds the relay (or, without one, its channel's sender,
+    // so that the channel stays open) for the session's life.
+    let (_relay, dial): (std::result::Result<Relay, _>, String) = if shared.config.direct() {
+        (Err(relay_tx), shared.config.servers())
+    } else {
+        match Relay::start(&shared.config.hosts, clock.clone(), relay_tx).await {
+            Ok(relay) => {
+                let local = relay.local.clone();
+                (Ok(relay), local)
             }
-            publish_closed(&shared, None, 0);
-            return;
+            Err(e) => {
+                error!(error = %e, "cannot listen on loopback for the session's relay; the session cannot start");
+                if let Ok(mut refusal) = shared.refusal.lock() {
+                    *refusal = Some(Error::Unreachable {
+                        reason: format!("cannot listen on loopback for the session's relay: {e}"),
+                    });
+                }
+                publish_closed(&shared, None, 0);
+                return;
+            }
         }
     };
     let mut epoch = 0u64;
@@ -83,8 +93,8 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
             _ = shared.stop.cancelled() => break,
             r = async {
                 match &resume {
-                    Some(r) => connect_resumed(&shared.config, &relay.local, r).await,
-                    None => connect_client(&shared.config, &relay.local).await,
+                    Some(r) => connect_resumed(&shared.config, &dial, r).await,
+                    None => connect_client(&shared.config, &dial).await,
                 }
             } => r,
         };
@@ -120,7 +130,10 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 let pause = backoff.fail();
                 if matches!(
                     err,
-                    Error::Refused { .. } | Error::AuthFailed | Error::Unreachable { .. }
+                    Error::Refused { .. }
+                        | Error::AuthFailed
+                        | Error::Unreachable { .. }
+                        | Error::TlsHandshake { .. }
                 ) && let Ok(mut refusal) = shared.refusal.lock()
                 {
                     *refusal = Some(err.clone());
@@ -252,7 +265,8 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 // otherwise keep it, and its nodes, alive.
                 let info = client.session().clone();
                 drop(client);
-                tokio::spawn(retire(shared.config.hosts.clone(), info, timeout));
+                let twin = connector(&shared.config, timeout);
+                tokio::spawn(retire(twin, shared.config.servers(), info, timeout));
             }
         }
     }
@@ -702,6 +716,52 @@ fn idle_limit(timeout: Duration) -> Duration {
     timeout * 3 / 5
 }
 
+/// The connector of every client of the session, asking for `timeout`: its credentials (digest,
+/// SASL), its TLS settings, the idle limit and read-only choice. Where it connects to (the relay,
+/// or the servers themselves) is the caller's.
+///
+/// # Errors
+/// zookeeper-client refusing the TLS material (checked when the session was built, so not
+/// expected).
+fn connector(config: &Config, timeout: Duration) -> Result<Connector> {
+    let mut connector = Client::connector()
+        .with_session_timeout(timeout)
+        .with_connection_timeout(idle_limit(timeout))
+        .with_readonly(config.read_only);
+    if let Some(Digest { user, password }) = &config.digest {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    #[cfg(feature = "sasl-digest-md5")]
+    if let Some(Digest { user, password }) = &config.sasl {
+        connector = connector.with_sasl(zookeeper_client::SaslOptions::digest_md5(
+            user.clone(),
+            password.clone(),
+        ));
+    }
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &config.tls {
+        connector = connector.with_tls(tls.options()?);
+    }
+    Ok(connector)
+}
+
+/// Why no host established a session (zookeeper-client says only "no hosts"): with TLS, a
+/// failed handshake of the session's own ([`Error::TlsHandshake`]); else what each host does
+/// with a plain TCP connection ([`Error::Unreachable`]).
+async fn no_hosts(config: &Config) -> Error {
+    let bound = config.connection_timeout.min(PROBE_BOUND);
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &config.tls {
+        let hosts: Vec<String> = config.hosts.split(',').map(str::to_owned).collect();
+        if let Some(e) = tls.diagnose(&hosts, bound).await {
+            return e;
+        }
+    }
+    Error::Unreachable {
+        reason: probe_hosts(&config.hosts, bound).await,
+    }
+}
+
 /// Builds a client that resumes the session `resume` describes (its own client gave up on it),
 /// and brings its server up to date before anything reads through it.
 ///
@@ -717,24 +777,12 @@ fn idle_limit(timeout: Duration) -> Duration {
 /// # Errors
 /// [`Error::SessionExpired`] when the servers say the session is gone; others when no server
 /// answered, or the `sync` was not answered.
-async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Result<Client> {
-    let mut connector = Client::connector()
-        .with_session(resume.info.clone())
-        .with_session_timeout(resume.timeout)
-        .with_connection_timeout(idle_limit(resume.timeout))
-        .with_readonly(config.read_only);
-    if let Some(Digest { user, password }) = &config.digest {
-        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-    }
-    let client = match connector.with_fail_eagerly().connect(relayed).await {
+async fn connect_resumed(config: &Config, dial: &str, resume: &Resume) -> Result<Client> {
+    let connector = connector(config, resume.timeout)?.with_session(resume.info.clone());
+    let client = match connector.with_fail_eagerly().connect(dial).await {
         Ok(client) => client,
         Err(zookeeper_client::Error::SessionExpired) => return Err(Error::SessionExpired),
-        Err(zookeeper_client::Error::NoHosts) => {
-            return Err(Error::Unreachable {
-                reason: probe_hosts(&config.hosts, config.connection_timeout.min(PROBE_BOUND))
-                    .await,
-            });
-        }
+        Err(zookeeper_client::Error::NoHosts) => return Err(no_hosts(config).await),
         Err(e) => return Err(e.into()),
     };
     // A read-only server answers no `sync`; nothing leads on it (a read-only connection ends
@@ -759,25 +807,14 @@ async fn connect_resumed(config: &Config, relayed: &str, resume: &Resume) -> Res
 }
 
 /// Builds a client for a new ZooKeeper session, creating the chroot if needed.
-async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
-    let mut connector = Client::connector()
-        .with_session_timeout(config.session_timeout)
-        .with_connection_timeout(idle_limit(config.session_timeout))
-        .with_readonly(config.read_only);
-    if let Some(Digest { user, password }) = &config.digest {
-        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
-    }
+async fn connect_client(config: &Config, dial: &str) -> Result<Client> {
+    let connector = connector(config, config.session_timeout)?;
     // One round of the hosts per attempt (the client would otherwise cycle through them until
     // the session timeout and report only `Timeout`): the supervisor retries with its own
     // bounded backoff, and can say why no host answered.
-    let client = match connector.with_fail_eagerly().connect(relayed).await {
+    let client = match connector.with_fail_eagerly().connect(dial).await {
         Ok(client) => client,
-        Err(zookeeper_client::Error::NoHosts) => {
-            return Err(Error::Unreachable {
-                reason: probe_hosts(&config.hosts, config.connection_timeout.min(PROBE_BOUND))
-                    .await,
-            });
-        }
+        Err(zookeeper_client::Error::NoHosts) => return Err(no_hosts(config).await),
         Err(e) => return Err(e.into()),
     };
     let Some(chroot) = &config.chroot else {
@@ -814,12 +851,17 @@ async fn connect_client(config: &Config, relayed: &str) -> Result<Client> {
 /// Ends a retired ZooKeeper session on the servers, from a twin client that takes the session
 /// over and closes it. Gives up once the servers say the session is gone, or after a few session
 /// timeouts: by then a session that nobody else keeps alive has expired anyway.
-async fn retire(hosts: String, info: SessionInfo, timeout: Duration) {
+async fn retire(connector: Result<Connector>, hosts: String, info: SessionInfo, timeout: Duration) {
+    let Ok(connector) = connector else {
+        warn!(session_id = %hex(info.id().0), "could not close the retired session; it ends when the servers expire it");
+        return;
+    };
     let id = hex(info.id().0);
     let give_up = tokio::time::Instant::now() + (timeout * 4).max(Duration::from_secs(30));
     let mut backoff = Backoff::new(MAX_RECONNECT_PAUSE);
     while tokio::time::Instant::now() < give_up {
-        let twin = Client::connector()
+        let twin = connector
+            .clone()
             .with_session(info.clone())
             .with_session_timeout(timeout)
             .connect(&hosts);

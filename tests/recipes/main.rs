@@ -17,5 +17,6 @@ mod leader_observer;
 mod leader_pool;
 mod requirements;
 mod scheduled_job;
+mod security;
 mod spec_citations;
 mod time;

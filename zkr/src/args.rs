@@ -58,10 +58,32 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) auth_file: Option<std::path::PathBuf>,
 
+    /// Connect over TLS, trusting the CA certificates in the PEM FILE: hosts without a scheme
+    /// are dialled over TLS, and each server's certificate must name the host dialled
+    /// [default: $ZK_TLS_CA, else plaintext]
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
+
+    /// Present the client certificate (chain) in the PEM FILE, for servers with
+    /// ssl.clientAuth=need; with their x509 auth provider it is zkr's identity (`--acl
+    /// creator`). Needs --tls-key and --tls-ca [default: $ZK_TLS_CERT]
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key of --tls-cert, PEM, mode 600 or stricter (a file group or others may
+    /// access is refused, exit 2) [default: $ZK_TLS_KEY]
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+
+    /// Log in with SASL DIGEST-MD5 with the credentials in FILE: one line `USER:PASSWORD`,
+    /// mode 600 or stricter (as --auth-file); the identity is `sasl:USER`
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) sasl_digest_file: Option<std::path::PathBuf>,
+
     /// The ACL of the nodes zkr creates (job, election and lock nodes, and their missing
     /// parents): open (anyone), creator (the authenticated identity only), creator-read
-    /// (creator, plus read for anyone). creator and creator-read need credentials (exit 2
-    /// without)
+    /// (creator, plus read for anyone). creator and creator-read need an identity: credentials,
+    /// a SASL login or a client certificate (exit 2 without)
     #[arg(long, value_enum, value_name = "ACL", default_value_t = AclArg::Open, global = true)]
     pub(crate) acl: AclArg,
 

@@ -108,13 +108,21 @@ pub(crate) fn load(auth_file: Option<&Path>) -> Result<Option<Digest>, Fail> {
 }
 
 fn read_file(file: &Path) -> Result<Digest, Fail> {
-    use std::os::unix::fs::PermissionsExt;
-    let usage = |why: String| {
+    let text = read_secret(file, "--auth-file")?;
+    parse_digest(&text).map_err(|why| {
         Fail::with_code(
             codes::USAGE,
             format!("--auth-file {}: {why}", file.display()),
         )
-    };
+    })
+}
+
+/// The text of a file that holds a secret, given as `flag`: refused (exit 2) when it is
+/// missing, not a regular file, or open to group or others (as ssh refuses a private key).
+fn read_secret(file: &Path, flag: &str) -> Result<String, Fail> {
+    use std::os::unix::fs::PermissionsExt;
+    let usage =
+        |why: String| Fail::with_code(codes::USAGE, format!("{flag} {}: {why}", file.display()));
     let meta = std::fs::metadata(file).map_err(|e| usage(format!("cannot read it: {e}")))?;
     if !meta.is_file() {
         return Err(usage("not a regular file".to_owned()));
@@ -126,17 +134,100 @@ fn read_file(file: &Path) -> Result<Digest, Fail> {
             file.display()
         )));
     }
-    let text = std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read it: {e}")))?;
-    parse_digest(&text).map_err(usage)
+    std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read it: {e}")))
 }
 
-/// Checks `--acl` against the credentials: a creator ACL without credentials is a usage error.
-pub(crate) fn check_acl(acl: AclArg, auth: Option<&Digest>) -> Result<(), Fail> {
-    if acl != AclArg::Open && auth.is_none() {
+/// The environment variables that may name the TLS files.
+pub(crate) const TLS_CA_ENV: &str = "ZK_TLS_CA";
+/// See [`TLS_CA_ENV`].
+pub(crate) const TLS_CERT_ENV: &str = "ZK_TLS_CERT";
+/// See [`TLS_CA_ENV`].
+pub(crate) const TLS_KEY_ENV: &str = "ZK_TLS_KEY";
+
+/// The TLS settings of `--tls-ca`, `--tls-cert`, `--tls-key` (each flag wins over its
+/// environment variable), read and checked now: every failure is a usage error (exit 2), found
+/// before connecting. A certificate needs its key and the CA; `None` without a CA.
+pub(crate) fn load_tls(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<zookeeper_recipes::TlsConfig>, Fail> {
+    let from_env = |flag: Option<&Path>, env: &str| {
+        flag.map(Path::to_path_buf).or_else(|| {
+            std::env::var_os(env)
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from)
+        })
+    };
+    let ca = from_env(ca, TLS_CA_ENV);
+    let cert = from_env(cert, TLS_CERT_ENV);
+    let key = from_env(key, TLS_KEY_ENV);
+    let usage = |message: String| Fail::with_code(codes::USAGE, message);
+    let config = match (ca, cert, key) {
+        (None, None, None) => return Ok(None),
+        (None, _, _) => {
+            return Err(usage(format!(
+                "--tls-cert and --tls-key need --tls-ca FILE (or ${TLS_CA_ENV}): the CA that signs the servers' certificates"
+            )));
+        }
+        (Some(ca), None, None) => zookeeper_recipes::TlsConfig::ca_file(ca),
+        (Some(ca), Some(cert), Some(key)) => {
+            zookeeper_recipes::TlsConfig::ca_file(ca).identity_files(cert, key)
+        }
+        (Some(_), Some(_), None) => {
+            return Err(usage(format!(
+                "--tls-cert needs --tls-key FILE (or ${TLS_KEY_ENV})"
+            )));
+        }
+        (Some(_), None, Some(_)) => {
+            return Err(usage(format!(
+                "--tls-key needs --tls-cert FILE (or ${TLS_CERT_ENV})"
+            )));
+        }
+    };
+    config.check().map_err(|e| usage(e.to_string()))?;
+    Ok(Some(config))
+}
+
+/// The SASL DIGEST-MD5 credentials of `--sasl-digest-file`: one line `USER:PASSWORD` (the
+/// password may hold colons), with the file rules of `--auth-file`.
+pub(crate) fn load_sasl(file: Option<&Path>) -> Result<Option<Digest>, Fail> {
+    let Some(file) = file else {
+        return Ok(None);
+    };
+    let text = read_secret(file, "--sasl-digest-file")?;
+    let usage = |why: &str| {
+        Fail::with_code(
+            codes::USAGE,
+            format!("--sasl-digest-file {}: {why}", file.display()),
+        )
+    };
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    if text.contains('\n') {
+        return Err(usage(
+            "must be one line `USER:PASSWORD`, found several lines",
+        ));
+    }
+    match text.split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => Ok(Some(Digest {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        })),
+        _ => Err(usage(
+            "must be one line `USER:PASSWORD` with a non-empty user and password",
+        )),
+    }
+}
+
+/// Checks `--acl` against the identities: a creator ACL without any (digest credentials, a
+/// SASL login, a client certificate) is a usage error.
+pub(crate) fn check_acl(acl: AclArg, has_identity: bool) -> Result<(), Fail> {
+    if acl != AclArg::Open && !has_identity {
         return Err(Fail::with_code(
             codes::USAGE,
             format!(
-                "--acl {} needs credentials: give --auth-file FILE or ${AUTH_ENV} (digest:USER:PASSWORD)",
+                "--acl {} needs an identity: give --auth-file FILE or ${AUTH_ENV} (digest:USER:PASSWORD), --sasl-digest-file FILE, or --tls-cert and --tls-key (with servers that run the x509 auth provider)",
                 acl.name()
             ),
         ));

@@ -19,6 +19,10 @@ pub(crate) struct Conn {
     pub(crate) connect_timeout: Duration,
     /// `--auth-file` or `$ZK_AUTH` (its `Debug` leaves the password out).
     pub(crate) auth: Option<Digest>,
+    /// `--tls-ca`, `--tls-cert`, `--tls-key` (or their `$ZK_TLS_*`), checked.
+    pub(crate) tls: Option<zookeeper_recipes::TlsConfig>,
+    /// `--sasl-digest-file` (its `Debug` leaves the password out).
+    pub(crate) sasl: Option<Digest>,
     /// `--acl`: the ACL of the nodes zkr creates.
     pub(crate) acl: AclArg,
 }
@@ -30,6 +34,14 @@ impl Conn {
             .connection_timeout(self.connect_timeout);
         let builder = match &self.auth {
             Some(digest) => builder.digest_auth(digest.user.clone(), digest.password.clone()),
+            None => builder,
+        };
+        let builder = match &self.sasl {
+            Some(login) => builder.sasl_digest(login.user.clone(), login.password.clone()),
+            None => builder,
+        };
+        let builder = match &self.tls {
+            Some(tls) => builder.tls(tls.clone()),
             None => builder,
         };
         match self.server_tick_time {
@@ -59,13 +71,22 @@ pub(crate) async fn connect(conn: &Conn, session_timeout: Duration) -> Result<Se
             "authenticating with digest credentials"
         );
     }
+    if let Some(login) = &conn.sasl {
+        tracing::info!(user = %login.user, acl = conn.acl.name(), "logging in with SASL DIGEST-MD5");
+    }
     conn.builder(session_timeout).connect().await.map_err(|e| {
         if crate::auth::is_denied(&e) {
-            let user = conn.auth.as_ref().map_or("", |d| d.user.as_str());
+            let whose = match (&conn.sasl, &conn.auth) {
+                (Some(login), _) => format!("of SASL user {:?} (--sasl-digest-file)", login.user),
+                (None, Some(digest)) => {
+                    format!("of digest user {:?} (--auth-file or $ZK_AUTH)", digest.user)
+                }
+                (None, None) => String::new(),
+            };
             return Fail::with_code(
                 crate::codes::DENIED,
                 format!(
-                    "ZooKeeper at {} refused the credentials of digest user {user:?} (--auth-file or $ZK_AUTH): {e}",
+                    "ZooKeeper at {} refused the credentials {whose}: {e}",
                     conn.hosts
                 ),
             );

@@ -132,10 +132,21 @@ async fn async_main(cli: Cli) -> ExitCode {
         .or_else(|| std::env::var("ZK_CONNECT").ok().filter(|h| !h.is_empty()))
         .unwrap_or_else(|| DEFAULT_CONNECT.to_owned());
     // Credentials and the ACL: checked before connecting, as usage errors (exit 2).
-    let auth = match auth::load(cli.auth_file.as_deref())
-        .and_then(|auth| auth::check_acl(cli.acl, auth.as_ref()).map(|()| auth))
-    {
-        Ok(auth) => auth,
+    // TLS and SASL too: each file read and checked now.
+    let secured = auth::load(cli.auth_file.as_deref()).and_then(|auth| {
+        let tls = auth::load_tls(
+            cli.tls_ca.as_deref(),
+            cli.tls_cert.as_deref(),
+            cli.tls_key.as_deref(),
+        )?;
+        let sasl = auth::load_sasl(cli.sasl_digest_file.as_deref())?;
+        let identity =
+            auth.is_some() || sasl.is_some() || tls.as_ref().is_some_and(|t| t.has_identity());
+        auth::check_acl(cli.acl, identity)?;
+        Ok((auth, tls, sasl))
+    });
+    let (auth, tls, sasl) = match secured {
+        Ok(secured) => secured,
         Err(Fail { message, code }) => {
             eprintln!("zkr: {message}");
             return ExitCode::from(code);
@@ -153,6 +164,8 @@ async fn async_main(cli: Cli) -> ExitCode {
         server_tick_time: cli.server_tick_time,
         connect_timeout: cli.connect_timeout,
         auth,
+        tls,
+        sasl,
         acl: cli.acl,
     };
     if let Some(file) = &cli.events

@@ -300,7 +300,7 @@ async fn bad_credentials_or_acl_are_exit_2_before_connecting_and_never_echo_the_
         let (status, _, err) = zkr_output(&connect, None, &args).await;
         assert_eq!(status.code(), Some(2), "zkr {args:?}: {err}");
         assert!(
-            err.contains(&format!("--acl {acl} needs credentials")),
+            err.contains(&format!("--acl {acl} needs an identity")),
             "zkr {args:?}: {err}"
         );
     }

@@ -12,6 +12,7 @@ mod cron_check;
 mod cron_cli;
 mod cron_ops;
 mod metrics;
+mod security;
 
 /// Tests that kill or freeze processes, or stop servers, run one at a time across both suites,
 /// so that their timing is not skewed by each other's processes and JVMs on a small machine.
