@@ -2057,6 +2057,11 @@ async fn job_run(
     let until = tokio::time::Instant::now() + hold;
     write_while_valid(&term, id, &resource, Some((until, &never))).await;
     let done = term.is_valid();
+    if !done {
+        // The term is ending: its end's instant is recorded a moment after it stops being
+        // valid (`Leadership::end`); the run's end is clamped to it once it is there.
+        let _ = tokio::time::timeout(Duration::from_secs(5), term.ended()).await;
+    }
     ends.ok = Some(done);
     drop(ends);
     if done {
