@@ -48,6 +48,7 @@ pub struct SessionBuilder {
     read_only: bool,
     lease_margin: Option<Duration>,
     server_tick_time: Option<Duration>,
+    session_timeout_floor: Option<Duration>,
     jute_max_buffer: usize,
     clock: Clock,
 }
@@ -64,6 +65,7 @@ impl SessionBuilder {
             read_only: false,
             lease_margin: None,
             server_tick_time: None,
+            session_timeout_floor: None,
             jute_max_buffer: DEFAULT_JUTE_MAX_BUFFER,
             clock: Clock::system(),
         }
@@ -140,6 +142,30 @@ impl SessionBuilder {
         self
     }
 
+    /// The lowest session timeout any server of the ensemble may give this session while the
+    /// process runs: the lowest `maxSessionTimeout` among them, including one a rolling change
+    /// is about to set (default: none declared).
+    ///
+    /// Every reconnect renegotiates the timeout with the server it reaches, which clamps the
+    /// request to its own `[minSessionTimeout, maxSessionTimeout]`, and from then on the quorum
+    /// leader may expire the session one *new* timeout after its last touch. zookeeper-client
+    /// 0.11 does not report what its own reconnects negotiate, so the lease
+    /// ([`Session::safe_until`]) counts with the lowest of this floor, the timeout the session
+    /// was created with, and what each new client of the session negotiated. Without a floor, a
+    /// reconnect to a server whose `maxSessionTimeout` is below the negotiated timeout leaves
+    /// the lease longer than the quorum keeps the session: declare one whenever the servers'
+    /// limits differ or may change. A lower floor is always safe, and shortens the lease, the
+    /// heartbeat interval and the [`grace_limit`](Self::grace_limit) accordingly. See
+    /// `docs/decisions/0001-no-relay.md`.
+    ///
+    /// # Curator
+    /// No equivalent: Curator reads the negotiated timeout off ZooKeeper's Java client, and its
+    /// simulated expiration uses that value.
+    pub fn session_timeout_floor(mut self, floor: Duration) -> Self {
+        self.session_timeout_floor = Some(floor);
+        self
+    }
+
     /// The largest request the servers accept, in bytes: their `jute.maxbuffer` (default
     /// [`Session::DEFAULT_JUTE_MAX_BUFFER`], 1 MiB - 1). A server closes the *connection* of a client that
     /// sends a bigger packet, which suspends the session and, under the Standard policy, ends
@@ -164,15 +190,19 @@ impl SessionBuilder {
         lease::default_grace(self.grace_limit())
     }
 
-    /// [`Session::grace_limit`] for a session built this way, with the requested timeout
-    /// (the servers may negotiate a shorter one).
+    /// [`Session::grace_limit`] for a session built this way, with the requested timeout, or
+    /// the [`session_timeout_floor`](Self::session_timeout_floor) when lower (the servers may
+    /// negotiate a shorter one).
     pub fn grace_limit(&self) -> Duration {
+        let timeout = self
+            .session_timeout_floor
+            .map_or(self.session_timeout, |f| f.min(self.session_timeout));
         let margin = self
             .lease_margin
-            .unwrap_or_else(|| lease::default_margin(self.session_timeout));
+            .unwrap_or_else(|| lease::default_margin(timeout));
         grace_limit(
-            self.session_timeout,
-            assumed_tick(self.server_tick_time, self.session_timeout),
+            timeout,
+            assumed_tick(self.server_tick_time, timeout),
             margin,
         )
     }
@@ -225,6 +255,12 @@ impl SessionBuilder {
                 reason: "must be greater than zero".into(),
             });
         }
+        if self.session_timeout_floor.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidArgument {
+                what: "session timeout floor",
+                reason: "must be greater than zero".into(),
+            });
+        }
         if self.jute_max_buffer == 0 {
             return Err(Error::InvalidArgument {
                 what: "jute.maxbuffer",
@@ -240,6 +276,7 @@ impl SessionBuilder {
             read_only: self.read_only,
             lease_margin: self.lease_margin,
             server_tick_time: self.server_tick_time,
+            session_timeout_floor: self.session_timeout_floor,
             jute_max_buffer: self.jute_max_buffer,
             clock: self.clock,
         })
@@ -336,8 +373,18 @@ pub(super) struct Config {
     pub(super) read_only: bool,
     pub(super) lease_margin: Option<Duration>,
     pub(super) server_tick_time: Option<Duration>,
+    pub(super) session_timeout_floor: Option<Duration>,
     pub(super) jute_max_buffer: usize,
     pub(super) clock: Clock,
+}
+
+impl Config {
+    /// The requested timeout, or the declared floor when lower: what the lease counts with
+    /// before a session is negotiated.
+    pub(super) fn lowest_timeout(&self) -> Duration {
+        self.session_timeout_floor
+            .map_or(self.session_timeout, |f| f.min(self.session_timeout))
+    }
 }
 
 #[cfg(test)]
@@ -396,6 +443,13 @@ mod tests {
             bad(Session::builder("a:1").server_tick_time(Duration::ZERO)),
             Some(Error::InvalidArgument {
                 what: "server tick time",
+                ..
+            })
+        ));
+        assert!(matches!(
+            bad(Session::builder("a:1").session_timeout_floor(Duration::ZERO)),
+            Some(Error::InvalidArgument {
+                what: "session timeout floor",
                 ..
             })
         ));
