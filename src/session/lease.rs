@@ -626,7 +626,13 @@ mod tests {
         // would end by its deadline at once.
         let clock = TestClock::new();
         let now = clock.clock().now();
-        let lease = Lease::new(clock.clock(), now - ms(6_000), ms(10_000), None, Some(ms(100)));
+        let lease = Lease::new(
+            clock.clock(),
+            now - ms(6_000),
+            ms(10_000),
+            None,
+            Some(ms(100)),
+        );
         assert_eq!(lease.deadline(), now + ms(3_900));
         assert!(!lease.term_may_begin(ms(0)), "no heartbeats go out");
         lease.heartbeats_began(now, now + ms(4_000));
@@ -725,7 +731,11 @@ mod tests {
         let lease = Lease::new(clock.clock(), t0, ms(2_000), None, Some(ms(100)));
         let moved = lease.connected(ms(6_000));
         lease.advance(t0 + ms(500), moved);
-        assert_eq!(lease.timeout(), ms(2_000), "the creation timeout was dropped");
+        assert_eq!(
+            lease.timeout(),
+            ms(2_000),
+            "the creation timeout was dropped"
+        );
         assert_eq!(lease.deadline(), t0 + ms(2_400));
     }
 
@@ -757,11 +767,20 @@ mod tests {
         let clock = TestClock::new();
         clock.freeze();
         let said = clock.clock().now();
-        let lease = Lease::new(clock.clock(), said - ms(1_000), ms(10_000), None, Some(ms(100)));
+        let lease = Lease::new(
+            clock.clock(),
+            said - ms(1_000),
+            ms(10_000),
+            None,
+            Some(ms(100)),
+        );
         let changes = lease.subscribe();
         assert!(lease.is_valid());
         lease.void_now();
-        assert!(changes.has_changed().unwrap_or(false), "a waiter looks again");
+        assert!(
+            changes.has_changed().unwrap_or(false),
+            "a waiter looks again"
+        );
         assert!(!lease.is_valid(), "a term outlived the first \"expired\"");
         assert!(lease.deadline() <= said);
         // A touch sent before the answer proves nothing any more; one sent after it does (the
@@ -769,7 +788,10 @@ mod tests {
         lease.advance(said - ms(10), 0);
         assert!(!lease.is_valid());
         lease.advance(said, 0);
-        assert!(!lease.is_valid(), "a touch sent at the answer's instant is not after it");
+        assert!(
+            !lease.is_valid(),
+            "a touch sent at the answer's instant is not after it"
+        );
         let resumed = said + ms(1);
         lease.advance(resumed, 0);
         assert_eq!(lease.deadline(), resumed + ms(9_900));
