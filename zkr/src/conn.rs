@@ -15,6 +15,8 @@ use crate::signals::Signals;
 pub(crate) struct Conn {
     pub(crate) hosts: String,
     pub(crate) server_tick_time: Option<Duration>,
+    /// `--session-timeout-floor`.
+    pub(crate) session_timeout_floor: Option<Duration>,
     /// `--connect-timeout`.
     pub(crate) connect_timeout: Duration,
     /// `--auth-file` or `$ZK_AUTH` (its `Debug` leaves the password out).
@@ -30,6 +32,10 @@ impl Conn {
             .connection_timeout(self.connect_timeout);
         let builder = match &self.auth {
             Some(digest) => builder.digest_auth(digest.user.clone(), digest.password.clone()),
+            None => builder,
+        };
+        let builder = match self.session_timeout_floor {
+            Some(floor) => builder.session_timeout_floor(floor),
             None => builder,
         };
         match self.server_tick_time {

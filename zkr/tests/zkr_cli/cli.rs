@@ -1265,6 +1265,50 @@ async fn a_server_tick_time_that_is_not_a_positive_duration_exits_2_with_usage()
     }
 }
 
+/// `--session-timeout-floor` takes a positive humantime duration too, and a floor below the
+/// session timeout is what the lease, and so the grace limit, counts with: a 10 s session on
+/// servers that may give 2 s, with a 200 ms tick, leaves 850 ms, as a 2 s session does (exit
+/// code 2 and the limit named, before zkr connects).
+#[tokio::test]
+async fn a_session_timeout_floor_is_checked_and_bounds_the_grace_before_connecting() {
+    for floor in ["0", "abc", "-1s", ""] {
+        assert_usage_error(&["--session-timeout-floor", floor, "leader", "x"]).await;
+    }
+    let args = [
+        "--connect",
+        "127.0.0.1:1",
+        "--server-tick-time",
+        "200ms",
+        "--session-timeout",
+        "10s",
+        "--session-timeout-floor",
+        "2s",
+        "run",
+        "x",
+        "--grace",
+        "851ms",
+        "--",
+        "true",
+    ];
+    let out = tokio::time::timeout(
+        BOUND,
+        tokio::process::Command::new(common::zkr::exe())
+            .args(args)
+            .env_remove("ZK_CONNECT")
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("zkr {args:?} did not give up at once"))
+    .expect("zkr ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "zkr {args:?}: {err}");
+    assert!(
+        err.contains("--grace 851ms does not fit") && err.contains("at most 850ms"),
+        "zkr {args:?} should name the floor's limit: {err}"
+    );
+}
+
 /// The lease counts with the servers' tick; without `--server-tick-time`, zkr assumes one and
 /// the library warns about it (seen with `ZKR_LOG=zookeeper_recipes=warn`); given, no warning.
 #[tokio::test]
