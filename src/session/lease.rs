@@ -467,7 +467,7 @@ impl Lease {
     /// Whether a term may begin now on this lease with `ahead` of room: the lease is valid
     /// beyond `ahead`, and it will be renewed before that room is used up. A lease proven by a
     /// heartbeat of the current run is renewed every heartbeat interval; one proven only by
-    /// what came before the run (a ping, a heartbeat of an earlier run) is renewed only once
+    /// what came before the run (a touch, a heartbeat of an earlier run) is renewed only once
     /// the run's first heartbeat can be proven, a relay allowance later, and until then it
     /// must last. Otherwise a term would begin and end by its deadline before the first
     /// renewal: safe, but a term for nothing.
@@ -621,7 +621,7 @@ mod tests {
 
     #[test]
     fn a_term_begins_only_on_a_lease_that_lasts_until_its_heartbeats_can_renew_it() {
-        // A lease proven long ago (a ping before the run of heartbeats began) may be valid now
+        // A lease proven long ago (a touch before the run of heartbeats began) may be valid now
         // and still run out before the run's first heartbeat can be proven: a term begun on it
         // would end by its deadline at once.
         let clock = TestClock::new();
@@ -832,19 +832,20 @@ mod tests {
     }
 
     #[test]
-    fn a_ping_proves_nothing_by_itself_and_a_later_sync_proves_it_like_a_heartbeat() {
+    fn a_touch_proves_nothing_by_itself_and_a_later_sync_proves_it_like_a_heartbeat() {
         let t = |n: u64| BootTime::from_nanos(1_000_000_000 + n * 1_000_000);
         let relay = ms(750);
         let mut proof = QuorumProof::default();
-        // Pings every 300 ms while nothing needs the lease: a cut-off follower answers them too.
+        // Touches (`exists`) every 300 ms while nothing needs the lease: a cut-off follower
+        // answers them too.
         proof.touched(t(0), t(2), 0);
         proof.touched(t(300), t(302), 0);
         proof.touched(t(600), t(602), 0);
-        // The first sync after the quiet spell proves the newest ping answered a relay
+        // The first sync after the quiet spell proves the newest touch answered a relay
         // allowance before the sync was sent, and no later one.
         assert_eq!(proof.record(t(1000), t(1004), 0, relay), Some((t(0), 0)));
         assert_eq!(proof.record(t(1060), t(1064), 0, relay), Some((t(300), 0)));
-        // A ping reported late (after a sync's answer) still sorts by its send time.
+        // A touch answered late (after a sync's answer) still sorts by its send time.
         proof.touched(t(1100), t(1102), 0);
         proof.touched(t(900), t(905), 0);
         assert_eq!(proof.record(t(1700), t(1704), 0, relay), Some((t(900), 0)));

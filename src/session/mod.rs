@@ -316,8 +316,8 @@ impl Session {
     ///
     /// The session proves its lease only while something needs it: a term held on it, a
     /// contender next in line, and a caller of this method, each for one session timeout after
-    /// the last need. A session that nothing needed lets its lease run down (its pings keep it
-    /// alive and cost the quorum leader nothing); the first call then starts the heartbeats, and
+    /// the last need. A session that nothing needed lets its lease run down (its own touches, an
+    /// `exists` a follower answers, keep it alive and cost the quorum leader nothing); the first call then starts the heartbeats, and
     /// the deadline is proven again within a round trip to the quorum leader: until then it may
     /// be in the past.
     ///

@@ -411,7 +411,7 @@ async fn serve(
     // run. The grid must not wait for the extra one: the next proof after it proves only a
     // heartbeat answered a relay allowance before, and with nothing sent in between, that
     // would be the extra one itself, a second relay allowance later, past the lease the first
-    // proof gave on a short session (a busy connection sends no pings to fill the gap).
+    // proof gave on a short session (a busy connection sends no touches to fill the gap).
     let first_proof = relay + lease.margin();
     let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
     tokio::pin!(next_beat);
@@ -932,7 +932,7 @@ const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 mod tests {
     use std::time::Duration;
 
-    use super::second_ask_after;
+    use super::{expired_said_by_servers, second_ask_after};
     use crate::session::lease::{relay_allowance, stale_leader_window};
 
     /// A quorum leader cut off from its followers calls a session expired that nobody touched
@@ -952,5 +952,18 @@ mod tests {
             );
             assert!(relay_allowance(tick) >= stale_leader_window(tick));
         }
+    }
+
+    /// zookeeper-client gives up on a session only after 7/5 of its latest connection's timeout
+    /// without an answer, and that timeout is at least the lease's: an `Expired` sooner than
+    /// the lease's timeout after the last answer was said by a server, a later one may be the
+    /// client's own.
+    #[test]
+    fn the_servers_expired_is_told_from_the_clients_give_up_by_the_quiet_before_it() {
+        let t = Duration::from_secs(4);
+        assert!(expired_said_by_servers(Duration::from_millis(10), t));
+        assert!(expired_said_by_servers(t - Duration::from_millis(1), t));
+        assert!(!expired_said_by_servers(t, t));
+        assert!(!expired_said_by_servers(t * 7 / 5, t));
     }
 }
