@@ -91,6 +91,17 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
         let client = match connected {
             Ok(client) => client,
             Err(Error::SessionExpired) if resume.is_some() => {
+                // The servers said "expired" to the resume: the lease is void at once, whether
+                // or not it is believed yet (a client that gave up without a word from the
+                // servers, or lost its connection to a close it was not told of, left it valid).
+                if let Some(r) = &resume {
+                    if r.lease.is_valid() {
+                        warn!(
+                            "a server says the session expired: its lease is void until a resume proves it again"
+                        );
+                    }
+                    r.lease.void_now();
+                }
                 if !doubted {
                     doubted = true;
                     let timeout = resume
