@@ -646,8 +646,8 @@ async fn lead_if_owned(
     // A term begins only on a lease proven with room for its grace, and one that will be
     // renewed before that room runs out. The next in line has kept it proven all along; a
     // contender that came first from further back (the line moved without it listing) starts
-    // the heartbeats now, and the first `sync` proves the session's last ping: one round trip
-    // to the quorum leader. If that ping is too old for the lease to last until the first new
+    // the heartbeats now, and the first `sync` proves the session's last touch: one round trip
+    // to the quorum leader. If that touch is too old for the lease to last until the first new
     // heartbeat can be proven (a relay allowance later), the term waits for that proof.
     shared.want_lease(true);
     let lease = live.lease();

@@ -552,7 +552,8 @@ pub enum Action {
     /// the stale window (1 tick): it answers reads, pings and `sync` from its own state, and no
     /// write lands anywhere until the quorum (`F` and the unmodelled third server) elects `F`:
     /// at once (`true`) or at the next tick boundary (`false`). The new leader's store is the
-    /// committed state, and every live session gets a fresh timeout from the election.
+    /// committed state, and every live session gets its creation timeout afresh from the
+    /// election.
     IsolateLeader(bool),
     /// The stale `L` notices that it lost its quorum: it steps down and drops its clients.
     StepDown,

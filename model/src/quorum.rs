@@ -61,7 +61,7 @@ impl ElectionModel {
     /// A request of client `c` touches its session while `L` is isolated: at the stale `L`
     /// only its own tracker hears it (nothing reaches the quorum); at the elected `F`, the
     /// quorum leader, at once; at `F` before the election, nowhere that counts (the new leader
-    /// gives every session a fresh timeout anyway).
+    /// gives every session its creation timeout afresh anyway).
     pub(crate) fn touch_isolated(s: &mut State, c: usize) {
         let now = s.now;
         match s.clients[c].server {
@@ -195,7 +195,8 @@ impl ElectionModel {
         }
     }
 
-    /// The quorum elects `F`: ZooKeeper's new leader gives every live session a fresh timeout.
+    /// The quorum elects `F`: ZooKeeper's new leader gives every live session its creation
+    /// timeout afresh (the model's sessions never renegotiate, so it is their only one).
     fn elect(s: &mut State) {
         s.elected = true;
         let now = s.now;

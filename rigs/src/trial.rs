@@ -375,6 +375,20 @@ pub const SKEWS: [(i64, bool); 6] = [
 /// session timeout; 0 is back to the cluster's own (60 s).
 pub const ROLLING_MAX: [u32; 3] = [50, 75, 0];
 
+/// The lowest session timeout a [`FaultKind::RollingRestart`] may give a session: every session
+/// (and `zkr` child) of a trial declares it as its floor (`session_timeout_floor`), as an
+/// operator whose servers' limits change must, since the session cannot see what a reconnect
+/// renegotiates (`docs/decisions/0001-no-relay.md`).
+pub fn session_timeout_floor(session_timeout: Duration) -> Duration {
+    let lowest = ROLLING_MAX
+        .iter()
+        .filter(|p| **p > 0)
+        .min()
+        .copied()
+        .unwrap_or(100);
+    session_timeout * lowest / 100
+}
+
 impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -1414,6 +1428,11 @@ fn zkr_command(
         .arg(format!("{}ms", config.session_timeout.as_millis()))
         .arg("--server-tick-time")
         .arg(format!("{}ms", tick.as_millis()))
+        .arg("--session-timeout-floor")
+        .arg(format!(
+            "{}ms",
+            session_timeout_floor(config.session_timeout).as_millis()
+        ))
         // The default grace: half of what the lease leaves (a 1 s grace does not fit in a 2 s
         // session's lease).
         .args(["run", path, "--id", id, "--requeue", "--"])
@@ -2378,6 +2397,7 @@ pub async fn run_trial(config: &TrialConfig) -> Result<TrialReport> {
             .clock(clock.clock())
             .server_tick_time(setup.tick)
             .session_timeout(config.session_timeout)
+            .session_timeout_floor(session_timeout_floor(config.session_timeout))
             .connection_timeout(Duration::from_secs(5))
             .connect()
             .await

@@ -51,6 +51,7 @@ pub struct SessionBuilder {
     read_only: bool,
     lease_margin: Option<Duration>,
     server_tick_time: Option<Duration>,
+    session_timeout_floor: Option<Duration>,
     jute_max_buffer: usize,
     clock: Clock,
 }
@@ -70,6 +71,7 @@ impl SessionBuilder {
             read_only: false,
             lease_margin: None,
             server_tick_time: None,
+            session_timeout_floor: None,
             jute_max_buffer: DEFAULT_JUTE_MAX_BUFFER,
             clock: Clock::system(),
         }
@@ -186,6 +188,30 @@ impl SessionBuilder {
         self
     }
 
+    /// The lowest session timeout any server of the ensemble may give this session while the
+    /// process runs: the lowest `maxSessionTimeout` among them, including one a rolling change
+    /// is about to set (default: none declared).
+    ///
+    /// Every reconnect renegotiates the timeout with the server it reaches, which clamps the
+    /// request to its own `[minSessionTimeout, maxSessionTimeout]`, and from then on the quorum
+    /// leader may expire the session one *new* timeout after its last touch. zookeeper-client
+    /// 0.11 does not report what its own reconnects negotiate, so the lease
+    /// ([`Session::safe_until`]) counts with the lowest of this floor, the timeout the session
+    /// was created with, and what each new client of the session negotiated. Without a floor, a
+    /// reconnect to a server whose `maxSessionTimeout` is below the negotiated timeout leaves
+    /// the lease longer than the quorum keeps the session: declare one whenever the servers'
+    /// limits differ or may change. A lower floor is always safe, and shortens the lease, the
+    /// heartbeat interval and the [`grace_limit`](Self::grace_limit) accordingly. See
+    /// `docs/decisions/0001-no-relay.md`.
+    ///
+    /// # Curator
+    /// No equivalent: Curator reads the negotiated timeout off ZooKeeper's Java client, and its
+    /// simulated expiration uses that value.
+    pub fn session_timeout_floor(mut self, floor: Duration) -> Self {
+        self.session_timeout_floor = Some(floor);
+        self
+    }
+
     /// The largest request the servers accept, in bytes: their `jute.maxbuffer` (default
     /// [`Session::DEFAULT_JUTE_MAX_BUFFER`], 1 MiB - 1). A server closes the *connection* of a client that
     /// sends a bigger packet, which suspends the session and, under the Standard policy, ends
@@ -210,15 +236,19 @@ impl SessionBuilder {
         lease::default_grace(self.grace_limit())
     }
 
-    /// [`Session::grace_limit`] for a session built this way, with the requested timeout
-    /// (the servers may negotiate a shorter one).
+    /// [`Session::grace_limit`] for a session built this way, with the requested timeout, or
+    /// the [`session_timeout_floor`](Self::session_timeout_floor) when lower (the servers may
+    /// negotiate a shorter one).
     pub fn grace_limit(&self) -> Duration {
+        let timeout = self
+            .session_timeout_floor
+            .map_or(self.session_timeout, |f| f.min(self.session_timeout));
         let margin = self
             .lease_margin
-            .unwrap_or_else(|| lease::default_margin(self.session_timeout));
+            .unwrap_or_else(|| lease::default_margin(timeout));
         grace_limit(
-            self.session_timeout,
-            assumed_tick(self.server_tick_time, self.session_timeout),
+            timeout,
+            assumed_tick(self.server_tick_time, timeout),
             margin,
         )
     }
@@ -324,6 +354,12 @@ impl SessionBuilder {
                 reason: "must be greater than zero".into(),
             });
         }
+        if self.session_timeout_floor.is_some_and(|t| t.is_zero()) {
+            return Err(Error::InvalidArgument {
+                what: "session timeout floor",
+                reason: "must be greater than zero".into(),
+            });
+        }
         if self.jute_max_buffer == 0 {
             return Err(Error::InvalidArgument {
                 what: "jute.maxbuffer",
@@ -342,6 +378,7 @@ impl SessionBuilder {
             read_only: self.read_only,
             lease_margin: self.lease_margin,
             server_tick_time: self.server_tick_time,
+            session_timeout_floor: self.session_timeout_floor,
             jute_max_buffer: self.jute_max_buffer,
             clock: self.clock,
         })
@@ -447,6 +484,7 @@ pub(super) struct Config {
     pub(super) read_only: bool,
     pub(super) lease_margin: Option<Duration>,
     pub(super) server_tick_time: Option<Duration>,
+    pub(super) session_timeout_floor: Option<Duration>,
     pub(super) jute_max_buffer: usize,
     pub(super) clock: Clock,
 }
@@ -462,17 +500,6 @@ impl Config {
         self.digest.is_some() || self.sasl.is_some() || certificate
     }
 
-    /// Whether the client connects straight to the servers rather than through the relay: with
-    /// TLS (the relay would see only ciphertext, and the client would check the certificate
-    /// against the relay's address) and with SASL (a service principal names the host dialled).
-    pub(super) fn direct(&self) -> bool {
-        #[cfg(feature = "tls")]
-        let tls = self.tls.is_some();
-        #[cfg(not(feature = "tls"))]
-        let tls = false;
-        tls || self.sasl.is_some()
-    }
-
     /// The hosts as the client dials them when it connects straight to the servers: each
     /// `tcp+tls://` with TLS.
     pub(super) fn servers(&self) -> String {
@@ -486,6 +513,13 @@ impl Config {
                 .join(",");
         }
         self.hosts.clone()
+    }
+
+    /// The requested timeout, or the declared floor when lower: what the lease counts with
+    /// before a session is negotiated.
+    pub(super) fn lowest_timeout(&self) -> Duration {
+        self.session_timeout_floor
+            .map_or(self.session_timeout, |f| f.min(self.session_timeout))
     }
 }
 
@@ -548,6 +582,13 @@ mod tests {
                 ..
             })
         ));
+        assert!(matches!(
+            bad(Session::builder("a:1").session_timeout_floor(Duration::ZERO)),
+            Some(Error::InvalidArgument {
+                what: "session timeout floor",
+                ..
+            })
+        ));
         let ok = Session::builder("a:1").chroot("/app").validate().unwrap();
         assert_eq!(ok.chroot.as_deref(), Some("/app"));
     }
@@ -578,7 +619,7 @@ mod tests {
         assert!(printed.contains("alice"), "{printed}");
         assert!(!printed.contains("s3cret-pw"), "{printed}");
         let config = builder.validate().unwrap();
-        assert!(config.has_identity() && config.direct());
+        assert!(config.has_identity());
         assert_eq!(config.servers(), "a:1");
         for (user, password, what) in [("", "pw", "SASL user"), ("alice", "", "SASL password")] {
             match Session::builder("a:1")
@@ -593,7 +634,7 @@ mod tests {
             }
         }
         let plain = Session::builder("a:1").validate().unwrap();
-        assert!(!plain.has_identity() && !plain.direct());
+        assert!(!plain.has_identity());
     }
 
     #[test]

@@ -8,25 +8,30 @@
 //! time plus the session timeout. Everything here is on boot time ([`BootTime`]), which counts a
 //! host's suspend, and:
 //!
-//! - **the timeout is the lowest any connection since the proven touch negotiated.** Every
-//!   reconnect renegotiates it (each server clamps the request to its own limits), and the quorum
-//!   leader expires the session one timeout of the *latest* touch's connection after that touch,
-//!   which may be sooner than an earlier touch's expiry. A reconnect attempt whose answer never
-//!   came may have renegotiated too: it counts with the timeout that server gave the session
-//!   last (a server restarted with lower limits whose one answer was lost is not covered);
+//! - **the timeout is the lowest the session may have on the quorum leader**: the timeout it was
+//!   *created* with, for its whole life (a new quorum leader re-arms every session with it,
+//!   whatever a reconnect renegotiated since); the floor the operator declared
+//!   (`SessionBuilder::session_timeout_floor`: the lowest `maxSessionTimeout` any server may
+//!   have); and what every client of the session negotiated since the proven touch (a resumed
+//!   session's new client reports its own). zookeeper-client 0.11 does not report what its own
+//!   reconnects renegotiate: the floor stands for them (`docs/decisions/0001-no-relay.md`);
 //! - **a wall clock that ran ahead of boot time** by more than the margin since the last look
 //!   means a pause that boot time did not see (a hypervisor that restored the guest's clock): the
 //!   lease is void, and only heartbeats sent after that look can prove it again;
+//! - **a server that says "expired"** (or "session moved") voids the lease at once: only a
+//!   touch sent after that answer, proven again, makes it valid (a resume that the servers
+//!   accept, then a `sync`);
 //! - **a lease that lapsed is not a lost session.** The deadline passing ends the terms won on the
 //!   session; the session itself lives on until the servers say it expired, and a later proof
 //!   makes the lease valid again;
 //! - **the lease is proven only while something needs it** ([`Demand`]): a held term, a
 //!   contender next in line or claiming, a caller of `Session::safe_until`, and for one session
-//!   timeout after the last of them. Otherwise the session sends no `sync`, and ZooKeeper's own
-//!   pings keep it alive at no cost to the quorum leader. Those pings are touches like any
-//!   heartbeat's ([`QuorumProof::touched`]), so the first `sync` after a quiet spell proves the
-//!   newest ping answered a relay allowance before it was sent: one round trip to the quorum
-//!   leader, not a relay allowance, before a term can begin.
+//!   timeout after the last of them. Otherwise the session sends no `sync`, only a cheap touch
+//!   of its own (an `exists` that a follower answers by itself) every [`touch_interval`], which
+//!   costs the quorum leader nothing. Those touches count like any heartbeat's
+//!   ([`QuorumProof::touched`]), so the first `sync` after a quiet spell proves the newest touch
+//!   answered a relay allowance before it was sent: one round trip to the quorum leader, not a
+//!   relay allowance, before a term can begin.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,6 +59,15 @@ pub(crate) fn default_margin(timeout: Duration) -> Duration {
 /// How often the session proves itself alive.
 pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
     (timeout / HEARTBEATS_PER_TIMEOUT).max(Duration::from_millis(5))
+}
+
+/// How often a session whose lease nothing needs touches its server with a request of its own (an
+/// `exists` a follower answers by itself): a fifth of the timeout. That is about as often as the
+/// client would ping an idle connection (after 0.225 of the timeout without a send), so the
+/// touches take the pings' place at the same cost to the server, and a demand that begins finds
+/// a touch at most a fifth of the timeout plus a relay allowance old to prove.
+pub(crate) fn touch_interval(timeout: Duration) -> Duration {
+    (timeout / 5).max(Duration::from_millis(5))
 }
 
 /// The servers' tick as the session assumes it: the configured one; else ZooKeeper's default,
@@ -132,11 +146,12 @@ pub(crate) struct QuorumProof {
 const MAX_UNPROVEN: usize = 64;
 
 impl QuorumProof {
-    /// Records a touch that was answered but proves nothing by itself: a ZooKeeper ping, which a
-    /// follower answers on its own, cut off or not. Like every request it touched the session
-    /// on that server, which relays the touch to the quorum leader with its next ping reply, so
-    /// a later `sync`'s answer proves it as it proves an earlier heartbeat
-    /// ([`record`](Self::record)).
+    /// Records a touch that was answered but proves nothing by itself: the session's own
+    /// `exists`, which a follower answers on its own, cut off or not. Like every request it
+    /// touched the session on that server, which relays the touch to the quorum leader with its
+    /// next ping reply, so a later `sync`'s answer proves it as it proves an earlier heartbeat
+    /// ([`record`](Self::record)). `sent` is stamped before the request is handed to the client,
+    /// `answered` after its answer came back.
     pub(crate) fn touched(&mut self, sent: BootTime, answered: BootTime, conn: u64) {
         if self.answered.len() >= MAX_UNPROVEN {
             self.answered.pop_front();
@@ -181,8 +196,7 @@ impl QuorumProof {
     }
 }
 
-/// One connection of the session (or a reconnect attempt whose answer never came) and the
-/// timeout it may have given the session.
+/// One client of the session and the timeout its connection negotiated.
 #[derive(Debug, Clone, Copy)]
 struct Conn {
     seq: u64,
@@ -193,6 +207,11 @@ struct Conn {
 struct State {
     /// The send time of the newest touch proven to have reached the quorum leader.
     acked: BootTime,
+    /// The timeout the session was created with: a new quorum leader re-arms the session with
+    /// it, whatever a reconnect renegotiated since, so it counts for the session's whole life.
+    creation: Duration,
+    /// The lowest timeout any server may give the session (`session_timeout_floor`).
+    floor: Option<Duration>,
     /// The connections from the one current when `acked` was sent on, with their timeouts.
     conns: VecDeque<Conn>,
     /// The connection heartbeats go out on now.
@@ -216,8 +235,8 @@ impl State {
         self.conns
             .iter()
             .map(|c| c.timeout)
-            .min()
-            .unwrap_or(Duration::ZERO)
+            .chain(self.floor)
+            .fold(self.creation, Duration::min)
     }
 }
 
@@ -233,18 +252,23 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// The lease of a session whose request was sent at `started` and that negotiated `timeout`.
+    /// The lease of a session whose request was sent at `started` and that was created with
+    /// `timeout`, on servers none of which gives less than `floor`.
     pub(crate) fn new(
         clock: Clock,
         started: BootTime,
         timeout: Duration,
+        floor: Option<Duration>,
         margin: Option<Duration>,
     ) -> Self {
         let seen = (clock.now(), clock.wall_ms());
+        let lowest = floor.map_or(timeout, |f| f.min(timeout));
         Lease {
-            margin: margin.unwrap_or_else(|| default_margin(timeout)),
+            margin: margin.unwrap_or_else(|| default_margin(lowest)),
             state: Mutex::new(State {
                 acked: started,
+                creation: timeout,
+                floor,
                 conns: VecDeque::from([Conn { seq: 0, timeout }]),
                 current: 0,
                 next_seq: 1,
@@ -279,8 +303,8 @@ impl Lease {
         self.margin
     }
 
-    /// The timeout the lease counts with: the lowest any connection since the proven touch may
-    /// have given the session.
+    /// The timeout the lease counts with: the lowest of the creation timeout, the declared floor
+    /// and what any client of the session negotiated since the proven touch.
     pub(crate) fn timeout(&self) -> Duration {
         self.lock().timeout()
     }
@@ -351,8 +375,8 @@ impl Lease {
         }
     }
 
-    /// A new connection negotiated `timeout`; returns its number. Heartbeats go out on it from
-    /// now on.
+    /// A new client of the session (a resume) negotiated `timeout`; returns its connection's
+    /// number. Heartbeats go out on it from now on.
     pub(crate) fn connected(&self, timeout: Duration) -> u64 {
         let shorter = {
             let mut state = self.lock();
@@ -367,26 +391,6 @@ impl Lease {
             self.bump();
         }
         self.current_conn()
-    }
-
-    /// A reconnect attempt reached a server but its answer never came: the server may have
-    /// revalidated the session with the timeout it gives it, `timeout` (the one it gave this
-    /// session last, if it ever did), and touched it.
-    pub(crate) fn unanswered_attempt(&self, timeout: Duration) {
-        let shorter = {
-            let mut state = self.lock();
-            let before = state.timeout();
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.conns.push_back(Conn {
-                seq,
-                timeout: timeout.min(before),
-            });
-            state.timeout() < before
-        };
-        if shorter {
-            self.bump();
-        }
     }
 
     /// The instant up to which the session is provably alive: the proven touch's send time plus
@@ -463,7 +467,7 @@ impl Lease {
     /// Whether a term may begin now on this lease with `ahead` of room: the lease is valid
     /// beyond `ahead`, and it will be renewed before that room is used up. A lease proven by a
     /// heartbeat of the current run is renewed every heartbeat interval; one proven only by
-    /// what came before the run (a ping, a heartbeat of an earlier run) is renewed only once
+    /// what came before the run (a touch, a heartbeat of an earlier run) is renewed only once
     /// the run's first heartbeat can be proven, a relay allowance later, and until then it
     /// must last. Otherwise a term would begin and end by its deadline before the first
     /// renewal: safe, but a term for nothing.
@@ -490,6 +494,20 @@ impl Lease {
                 () = Clock::jumped(&mut jumps) => {}
             }
         }
+    }
+
+    /// A server answered "expired" (or "session moved") for the session: the lease is void at
+    /// once, and only a touch sent after now, proven again, makes it valid (the answer may be a
+    /// stale quorum leader's, and the session may be resumed). Whoever waits on the deadline
+    /// looks again.
+    pub(crate) fn void_now(&self) {
+        let now = self.clock.now();
+        {
+            let mut state = self.lock();
+            state.void = true;
+            state.void_before = state.void_before.max(now);
+        }
+        self.bump();
     }
 
     /// The session ended: the deadline is now at the latest.
@@ -587,7 +605,7 @@ mod tests {
     fn the_deadline_is_the_proven_touch_plus_the_timeout_minus_the_margin() {
         let clock = TestClock::new();
         let t0 = clock.clock().now();
-        let lease = Lease::new(clock.clock(), t0, ms(10_000), Some(ms(100)));
+        let lease = Lease::new(clock.clock(), t0, ms(10_000), None, Some(ms(100)));
         assert_eq!(lease.deadline(), t0 + ms(9_900));
         lease.advance(t0 + ms(3_000), 0);
         lease.advance(t0 + ms(1_000), 0);
@@ -603,12 +621,18 @@ mod tests {
 
     #[test]
     fn a_term_begins_only_on_a_lease_that_lasts_until_its_heartbeats_can_renew_it() {
-        // A lease proven long ago (a ping before the run of heartbeats began) may be valid now
+        // A lease proven long ago (a touch before the run of heartbeats began) may be valid now
         // and still run out before the run's first heartbeat can be proven: a term begun on it
         // would end by its deadline at once.
         let clock = TestClock::new();
         let now = clock.clock().now();
-        let lease = Lease::new(clock.clock(), now - ms(6_000), ms(10_000), Some(ms(100)));
+        let lease = Lease::new(
+            clock.clock(),
+            now - ms(6_000),
+            ms(10_000),
+            None,
+            Some(ms(100)),
+        );
         assert_eq!(lease.deadline(), now + ms(3_900));
         assert!(!lease.term_may_begin(ms(0)), "no heartbeats go out");
         lease.heartbeats_began(now, now + ms(4_000));
@@ -641,7 +665,7 @@ mod tests {
         // Boot time moves ahead while the monotonic clock does not: a host that resumes from a
         // suspend. The lease is read off boot time, so it is over without any timer firing.
         let clock = TestClock::new();
-        let lease = Lease::new(clock.clock(), clock.clock().now(), ms(60_000), None);
+        let lease = Lease::new(clock.clock(), clock.clock().now(), ms(60_000), None, None);
         assert!(lease.is_valid());
         clock.suspend(Duration::from_secs(600));
         assert!(
@@ -654,7 +678,7 @@ mod tests {
     fn a_wall_clock_that_runs_ahead_of_boot_time_voids_the_lease_until_a_later_proof() {
         let clock = TestClock::new();
         let now = clock.clock().now();
-        let lease = Lease::new(clock.clock(), now, ms(10_000), Some(ms(500)));
+        let lease = Lease::new(clock.clock(), now, ms(10_000), None, Some(ms(500)));
         assert!(lease.is_valid());
         // A hypervisor paused the guest for a minute and restored its clocks; the guest sees it
         // only when its wall clock is set right.
@@ -678,7 +702,7 @@ mod tests {
     fn a_timeout_renegotiated_down_on_a_reconnect_shortens_the_lease_at_once() {
         let clock = TestClock::new();
         let t0 = clock.clock().now();
-        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)));
+        let lease = Lease::new(clock.clock(), t0, ms(60_000), None, Some(ms(100)));
         let changes = lease.subscribe();
         assert_eq!(lease.deadline(), t0 + ms(59_900));
         // The session moves to a server whose maxSessionTimeout is 4 s.
@@ -698,16 +722,79 @@ mod tests {
     }
 
     #[test]
-    fn an_unanswered_reconnect_attempt_counts_with_the_servers_last_timeout() {
+    fn the_creation_timeout_bounds_the_lease_for_the_sessions_whole_life() {
+        // Created on a server that gives 2 s, the session moves to one that gives 6 s, and a
+        // touch on the new connection is proven. A new quorum leader re-arms the session with
+        // the 2 s it was created with: the lease must still count with 2 s.
         let clock = TestClock::new();
         let t0 = clock.clock().now();
-        let lease = Lease::new(clock.clock(), t0, ms(60_000), Some(ms(100)));
-        lease.unanswered_attempt(ms(1_000));
-        assert_eq!(lease.timeout(), ms(1_000), "that server gave 1 s last time");
-        // A proof of a touch sent on a later connection no longer counts the attempt.
-        let conn = lease.connected(ms(60_000));
-        lease.advance(t0 + ms(10), conn);
-        assert_eq!(lease.timeout(), ms(60_000));
+        let lease = Lease::new(clock.clock(), t0, ms(2_000), None, Some(ms(100)));
+        let moved = lease.connected(ms(6_000));
+        lease.advance(t0 + ms(500), moved);
+        assert_eq!(
+            lease.timeout(),
+            ms(2_000),
+            "the creation timeout was dropped"
+        );
+        assert_eq!(lease.deadline(), t0 + ms(2_400));
+    }
+
+    #[test]
+    fn the_declared_floor_bounds_the_lease_from_the_start() {
+        // The session asked for 20 s and got it; some server may give only 4 s, and a reconnect
+        // there would not be reported: the lease counts with 4 s from the start, and the
+        // default margin with it.
+        let clock = TestClock::new();
+        let t0 = clock.clock().now();
+        let lease = Lease::new(clock.clock(), t0, ms(20_000), Some(ms(4_000)), None);
+        assert_eq!(lease.timeout(), ms(4_000));
+        assert_eq!(lease.margin(), default_margin(ms(4_000)));
+        assert_eq!(lease.deadline(), t0 + ms(3_800));
+        // A resumed client that negotiated less still lowers it; more never raises it.
+        let conn = lease.connected(ms(3_000));
+        assert_eq!(lease.timeout(), ms(3_000));
+        let back = lease.connected(ms(20_000));
+        lease.advance(t0 + ms(100), back);
+        assert_eq!(lease.timeout(), ms(4_000), "back to the floor, not 20 s");
+        assert!(conn < back);
+        // A floor above the creation timeout changes nothing.
+        let lease = Lease::new(clock.clock(), t0, ms(2_000), Some(ms(4_000)), None);
+        assert_eq!(lease.timeout(), ms(2_000));
+    }
+
+    #[test]
+    fn an_expired_answer_voids_the_lease_at_once_until_a_later_touch_is_proven() {
+        let clock = TestClock::new();
+        clock.freeze();
+        let said = clock.clock().now();
+        let lease = Lease::new(
+            clock.clock(),
+            said - ms(1_000),
+            ms(10_000),
+            None,
+            Some(ms(100)),
+        );
+        let changes = lease.subscribe();
+        assert!(lease.is_valid());
+        lease.void_now();
+        assert!(
+            changes.has_changed().unwrap_or(false),
+            "a waiter looks again"
+        );
+        assert!(!lease.is_valid(), "a term outlived the first \"expired\"");
+        assert!(lease.deadline() <= said);
+        // A touch sent before the answer proves nothing any more; one sent after it does (the
+        // resume that the servers accepted, proven by a later `sync`).
+        lease.advance(said - ms(10), 0);
+        assert!(!lease.is_valid());
+        lease.advance(said, 0);
+        assert!(
+            !lease.is_valid(),
+            "a touch sent at the answer's instant is not after it"
+        );
+        let resumed = said + ms(1);
+        lease.advance(resumed, 0);
+        assert_eq!(lease.deadline(), resumed + ms(9_900));
     }
 
     #[test]
@@ -745,19 +832,20 @@ mod tests {
     }
 
     #[test]
-    fn a_ping_proves_nothing_by_itself_and_a_later_sync_proves_it_like_a_heartbeat() {
+    fn a_touch_proves_nothing_by_itself_and_a_later_sync_proves_it_like_a_heartbeat() {
         let t = |n: u64| BootTime::from_nanos(1_000_000_000 + n * 1_000_000);
         let relay = ms(750);
         let mut proof = QuorumProof::default();
-        // Pings every 300 ms while nothing needs the lease: a cut-off follower answers them too.
+        // Touches (`exists`) every 300 ms while nothing needs the lease: a cut-off follower
+        // answers them too.
         proof.touched(t(0), t(2), 0);
         proof.touched(t(300), t(302), 0);
         proof.touched(t(600), t(602), 0);
-        // The first sync after the quiet spell proves the newest ping answered a relay
+        // The first sync after the quiet spell proves the newest touch answered a relay
         // allowance before the sync was sent, and no later one.
         assert_eq!(proof.record(t(1000), t(1004), 0, relay), Some((t(0), 0)));
         assert_eq!(proof.record(t(1060), t(1064), 0, relay), Some((t(300), 0)));
-        // A ping reported late (after a sync's answer) still sorts by its send time.
+        // A touch answered late (after a sync's answer) still sorts by its send time.
         proof.touched(t(1100), t(1102), 0);
         proof.touched(t(900), t(905), 0);
         assert_eq!(proof.record(t(1700), t(1704), 0, relay), Some((t(900), 0)));

@@ -1,9 +1,9 @@
 //! The managed session ([`Session`] has what it adds to the raw client): builder, lease, protected create, status feed.
 //!
 //! One idea per file: `builder` (the settings, their defaults, `start`), `lease` (the deadline
-//! and the rules that prove it), `relay` (what each connection negotiates), `tls` (its settings and the handshake's
-//! diagnosis), `supervise` (the
-//! background task: connect, heartbeat, resume, start over), `create` (Curator's protected
+//! and the rules that prove it), `tls` (its settings and the handshake's diagnosis),
+//! `supervise` (the background task: connect straight to the servers, heartbeat and touch,
+//! resume, start over), `create` (Curator's protected
 //! create), `feed` (every status change, for a recipe's task). Here: the handle, its
 //! [`SessionStatus`], and what the recipes read from it.
 
@@ -11,7 +11,6 @@ mod builder;
 mod create;
 mod feed;
 mod lease;
-mod relay;
 mod supervise;
 #[cfg(feature = "tls")]
 mod tls;
@@ -85,15 +84,18 @@ impl SessionStatus {
 ///   answering us meanwhile. So, while something needs the lease (a term, the next in line, a
 ///   reader of [`Session::safe_until`]), the session sends a `sync` every eighth of the timeout
 ///   (a follower cannot answer one without its leader) and advances its lease to the *send
-///   time* of a heartbeat, or of one of the client's pings, only once a later `sync` proves that
+///   time* of a heartbeat, or of one of its own touches, only once a later `sync` proves that
 ///   its touch reached the leader (see "The deadline" and "Who proves the lease" in the latch's
 ///   spec, and [`SessionBuilder::server_tick_time`]). A session that nothing needs a lease for
-///   sends no `sync`: its pings keep it alive, and cost the quorum leader nothing. The
+///   sends no `sync`: a cheap touch of its own (an `exists` that a follower answers by itself)
+///   keeps it alive, and costs the quorum leader nothing. The
 ///   session can prove itself alive until that instant plus the timeout (minus a small margin):
 ///   [`Session::safe_until`], on boot time, which counts a host's suspend
-///   ([`crate::Clock`]). The timeout is the lowest any connection of the session negotiated: a
-///   relay on loopback reads each reconnect's negotiation, which zookeeper-client does not
-///   report. When the deadline passes without a newer proof, every term won on the session ends
+///   ([`crate::Clock`]). The timeout is the lowest the quorum may hold the session to: the one
+///   it was created with, the floor the operator declared
+///   ([`SessionBuilder::session_timeout_floor`]) and what each new client of the session
+///   negotiated (zookeeper-client does not report what its own reconnects negotiate; the floor
+///   stands for them). When the deadline passes without a newer proof, every term won on the session ends
 ///   and the session reports `Suspended`; it keeps its ZooKeeper session (the servers may well
 ///   have kept it), keeps proving itself, and reports `Reconnected` once a proof comes: a
 ///   contender whose node survived then leads again on it, with the same token.
@@ -290,8 +292,9 @@ impl Session {
         self.live().ok().map(|l| l.session_id)
     }
 
-    /// The negotiated session timeout of the current session: the lowest any of its connections
-    /// negotiated since the newest proof (each reconnect negotiates again).
+    /// The session timeout the lease of the current session counts with: the lowest of the timeout
+    /// it was created with, the declared [`SessionBuilder::session_timeout_floor`] and what any
+    /// new client of the session negotiated since the newest proof.
     pub fn negotiated_timeout(&self) -> Option<Duration> {
         self.live().ok().map(|l| l.lease.timeout())
     }
@@ -318,8 +321,8 @@ impl Session {
     ///
     /// The session proves its lease only while something needs it: a term held on it, a
     /// contender next in line, and a caller of this method, each for one session timeout after
-    /// the last need. A session that nothing needed lets its lease run down (its pings keep it
-    /// alive and cost the quorum leader nothing); the first call then starts the heartbeats, and
+    /// the last need. A session that nothing needed lets its lease run down (its own touches, an
+    /// `exists` a follower answers, keep it alive and cost the quorum leader nothing); the first call then starts the heartbeats, and
     /// the deadline is proven again within a round trip to the quorum leader: until then it may
     /// be in the past.
     ///
@@ -403,11 +406,12 @@ impl Session {
         self.live().ok().filter(|l| l.epoch == epoch)
     }
 
-    /// The session timeout the lease counts with: the negotiated one once there is a session,
-    /// else the requested one.
+    /// The session timeout the lease counts with once there is a session
+    /// ([`negotiated_timeout`](Self::negotiated_timeout)), else the requested one or the
+    /// declared floor, whichever is lower.
     pub(crate) fn lease_timeout(&self) -> Duration {
         self.negotiated_timeout()
-            .unwrap_or(self.shared.config.session_timeout)
+            .unwrap_or_else(|| self.shared.config.lowest_timeout())
     }
 
     /// The longest grace that a term's work (a selector's closure, a scheduled job's run, a
@@ -415,11 +419,11 @@ impl Session {
     /// the relay allowance of a tick and a half, and three heartbeat intervals. A term whose
     /// lease is not renewed is ended this long before its deadline, so that its work can stop
     /// within its grace before a successor may start; a longer grace is refused
-    /// ([`Error::GraceTooLong`]). With the negotiated timeout once there is a session, else the
-    /// requested one.
+    /// ([`Error::GraceTooLong`]). With the timeout the lease counts with once there is a
+    /// session, else the requested one or the declared floor, whichever is lower.
     pub fn grace_limit(&self) -> Duration {
         let config = &self.shared.config;
-        let timeout = self.negotiated_timeout().unwrap_or(config.session_timeout);
+        let timeout = self.lease_timeout();
         let margin = config
             .lease_margin
             .unwrap_or_else(|| lease::default_margin(timeout));

@@ -1,6 +1,7 @@
-//! The session's supervisor: its one background task, which connects, serves each ZooKeeper
-//! session (heartbeats, the lease, the client's and the relay's reports), publishes every state
-//! change, resumes a session its client gave up on, and starts a new session after loss.
+//! The session's supervisor: its one background task, which connects straight to the servers,
+//! serves each ZooKeeper session (heartbeats, touches, the lease, the client's reports),
+//! publishes every state change, resumes a session its client gave up on, and starts a new
+//! session after loss.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -8,13 +9,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 use zookeeper_client::{Acls, Client, Connector, CreateMode, SessionInfo, SessionState};
 
 use super::builder::{Config, Digest};
-use super::lease::{self, Lease, QuorumProof, assumed_tick, heartbeat_interval, relay_allowance};
-use super::relay::{Relay, RelayEvent};
+use super::lease::{
+    self, Lease, QuorumProof, assumed_tick, heartbeat_interval, relay_allowance, touch_interval,
+};
 use super::{Live, SessionStatus, Shared, hex};
 use crate::clock::{BootTime, BootTimer};
 use crate::error::{Backoff, Error, Result};
@@ -39,9 +40,21 @@ enum EndOfSession {
     Failed,
 }
 
-/// A heartbeat's send time, the connection it went out on, and when it was answered.
-type Heartbeat =
-    Pin<Box<dyn std::future::Future<Output = (BootTime, u64, Option<BootTime>)> + Send>>;
+/// What became of one of the session's own requests: a heartbeat (`sync`) or a touch (`exists`).
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    /// Stamped before the request was handed to the client.
+    sent: BootTime,
+    /// The lease's connection it went out on.
+    conn: u64,
+    /// When its answer came back; `None` when it failed.
+    answered: Option<BootTime>,
+    /// The server answered "expired" or "session moved".
+    said_expired: bool,
+}
+
+/// One of the session's own requests in flight.
+type Request = Pin<Box<dyn std::future::Future<Output = Answer> + Send>>;
 
 /// A session whose client gave up on it: what a new client needs to resume it.
 struct Resume {
@@ -55,32 +68,6 @@ struct Resume {
 /// `publish`.
 pub(super) async fn supervise(shared: Arc<Shared>) {
     let clock = shared.config.clock.clone();
-    // Every connection of a plaintext client goes through the relay, which reads what each one
-    // negotiates (see `relay`). A client with TLS or SASL connects straight to the servers
-    // (`Config::direct`): the relay's channel then stays open and silent.
-    let (relay_tx, mut relay_events) = mpsc::unbounded_channel();
-    // What the client dials; `_relay` holds the relay (or, without one, its channel's sender,
-    // so that the channel stays open) for the session's life.
-    let (_relay, dial): (std::result::Result<Relay, _>, String) = if shared.config.direct() {
-        (Err(relay_tx), shared.config.servers())
-    } else {
-        match Relay::start(&shared.config.hosts, clock.clone(), relay_tx).await {
-            Ok(relay) => {
-                let local = relay.local.clone();
-                (Ok(relay), local)
-            }
-            Err(e) => {
-                error!(error = %e, "cannot listen on loopback for the session's relay; the session cannot start");
-                if let Ok(mut refusal) = shared.refusal.lock() {
-                    *refusal = Some(Error::Unreachable {
-                        reason: format!("cannot listen on loopback for the session's relay: {e}"),
-                    });
-                }
-                publish_closed(&shared, None, 0);
-                return;
-            }
-        }
-    };
     let mut epoch = 0u64;
     let mut state: Option<ConnectionState> = None;
     let mut backoff = Backoff::new(MAX_RECONNECT_PAUSE.min(shared.config.connection_timeout));
@@ -88,19 +75,33 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
     // One server said the session expired, and it is not believed yet (see `doubt`).
     let mut doubted = false;
     loop {
+        // Stamped before the client sends its `ConnectRequest`: the server touches the session
+        // (and the quorum leader creates it) only after this.
         let started = clock.now();
         let connected = tokio::select! {
             _ = shared.stop.cancelled() => break,
             r = async {
                 match &resume {
-                    Some(r) => connect_resumed(&shared.config, &dial, r).await,
-                    None => connect_client(&shared.config, &dial).await,
+                    Some(r) => connect_resumed(&shared.config, r).await,
+                    None => connect_client(&shared.config).await,
                 }
             } => r,
         };
+        let answered = clock.now();
         let client = match connected {
             Ok(client) => client,
             Err(Error::SessionExpired) if resume.is_some() => {
+                // The servers said "expired" to the resume: the lease is void at once, whether
+                // or not it is believed yet (a client that gave up without a word from the
+                // servers, or lost its connection to a close it was not told of, left it valid).
+                if let Some(r) = &resume {
+                    if r.lease.is_valid() {
+                        warn!(
+                            "a server says the session expired: its lease is void until a resume proves it again"
+                        );
+                    }
+                    r.lease.void_now();
+                }
                 if !doubted {
                     doubted = true;
                     let timeout = resume
@@ -156,10 +157,22 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
         epoch += 1;
         let session_id = client.session_id().0;
         let resumed = resume.take();
-        let (lease, timeout, new_session) = match resumed {
+        let (lease, timeout, new_session, handshake) = match resumed {
             Some(r) => {
-                info!(session_id = %hex(session_id), epoch, "resumed the session its client had given up on: its nodes are still there");
-                (r.lease, r.timeout, false)
+                // The new client negotiated again: its timeout counts, and its handshake, which
+                // the server revalidated with the quorum leader before it answered, is a touch
+                // that a later `sync` proves.
+                let negotiated = client.session_timeout();
+                let before = r.lease.timeout();
+                let conn = r.lease.connected(negotiated);
+                if negotiated < before {
+                    warn!(session_id = %hex(session_id), from_ms = before.as_millis() as u64,
+                        to_ms = negotiated.as_millis() as u64,
+                        "the resumed session negotiated a shorter timeout: the lease counts with it from now on");
+                }
+                info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = negotiated.as_millis() as u64,
+                    "resumed the session its client had given up on: its nodes are still there");
+                (r.lease, r.timeout, false, Some((started, answered, conn)))
             }
             None => {
                 let timeout = client.session_timeout();
@@ -173,15 +186,18 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                         "the servers' tickTime is not configured: the lease assumes {tick:?} (ZooKeeper's default, at most a third of the timeout); a larger real tick makes the lease unsafe, so set it (SessionBuilder::server_tick_time, zkr --server-tick-time)"
                     );
                 }
+                let floor = shared.config.session_timeout_floor;
                 info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = timeout.as_millis() as u64,
+                    floor_ms = floor.map(|f| f.as_millis() as u64),
                     "ZooKeeper session established");
                 let lease = Arc::new(Lease::new(
                     clock.clone(),
                     started,
                     timeout,
+                    floor,
                     shared.config.lease_margin,
                 ));
-                (lease, timeout, true)
+                (lease, timeout, true, None)
             }
         };
         let tick = assumed_tick(shared.config.server_tick_time, timeout);
@@ -208,7 +224,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 publish(&shared, next, Some(session_id), epoch, new_session);
             }
         }
-        let end = serve(&shared, &live, &mut state, &mut relay_events, tick).await;
+        let end = serve(&shared, &live, &mut state, handshake, tick).await;
         if let Ok(mut current) = shared.current.write() {
             *current = None;
         }
@@ -349,7 +365,9 @@ enum Link {
 }
 
 /// Serves one ZooKeeper session until it ends: proves it alive, follows the client's state and
-/// what the relay saw of each reconnect, and publishes the state that follows from both.
+/// the answers to its own requests, and publishes the state that follows from both.
+/// `handshake` is a resumed client's `ConnectRequest`: its send time, its answer's, and its
+/// connection, a touch like any other.
 ///
 /// The published state is `Suspended` while the client is disconnected *or* the lease has
 /// lapsed, and `Connected`/`Reconnected` once both are right again: a lapsed lease ends every
@@ -358,7 +376,7 @@ async fn serve(
     shared: &Shared,
     live: &Live,
     state: &mut Option<ConnectionState>,
-    relay_events: &mut mpsc::UnboundedReceiver<RelayEvent>,
+    handshake: Option<(BootTime, BootTime, u64)>,
     tick: Duration,
 ) -> EndOfSession {
     let client = &live.client;
@@ -379,13 +397,13 @@ async fn serve(
         Link::Connected
     };
     let mut lapsed = !lease.is_valid();
-    // Whether a server answered a reconnect of this session with "expired".
-    let mut expired_answer = false;
     let mut proof = QuorumProof::default();
-    // What each server negotiated with this session last, for an attempt it never answered.
-    let mut by_server: std::collections::HashMap<String, Duration> = Default::default();
-    // The lease's number for each of the relay's connections of this session.
-    let mut conns: std::collections::HashMap<u64, u64> = Default::default();
+    if let Some((sent, answered, conn)) = handshake {
+        proof.touched(sent, answered, conn);
+    }
+    // When a server last answered this session: tells the servers' "expired" from the client's
+    // own (see `expired_said_by_servers`).
+    let mut last_answer = clock.now();
     // Whether something needs the lease (see `lease::Demand`); heartbeats go out only then.
     let demand = &shared.demand;
     let linger = timeout;
@@ -396,14 +414,19 @@ async fn serve(
     // to report; the first proof ends it.
     let mut unproven = false;
     let mut timer = BootTimer::new(clock.clone());
-    let mut heartbeats: FuturesUnordered<Heartbeat> = FuturesUnordered::new();
+    let mut heartbeats: FuturesUnordered<Request> = FuturesUnordered::new();
+    // While nothing needs the lease: one touch of our own at a time, every touch interval.
+    let mut touches: FuturesUnordered<Request> = FuturesUnordered::new();
+    let touch_every = touch_interval(timeout);
+    let next_touch = tokio::time::sleep(touch_every);
+    tokio::pin!(next_touch);
     // When a run of heartbeats begins, the first of them can be proven a relay allowance after
     // its answer: one extra proving `sync` goes out then (the margin stands for the answer's
     // round trip), besides the run's heartbeats on the interval's grid, which begins with the
     // run. The grid must not wait for the extra one: the next proof after it proves only a
     // heartbeat answered a relay allowance before, and with nothing sent in between, that
     // would be the extra one itself, a second relay allowance later, past the lease the first
-    // proof gave on a short session (a busy connection sends no pings to fill the gap).
+    // proof gave on a short session (a busy connection sends no touches to fill the gap).
     let first_proof = relay + lease.margin();
     let next_beat = tokio::time::sleep(heartbeat_interval(timeout));
     tokio::pin!(next_beat);
@@ -453,61 +476,22 @@ async fn serve(
                 }
                 continue;
             }
-            // Before the client's own state: the relay reports a reconnect's negotiation before
-            // the client can read it.
-            Some(event) = relay_events.recv() => {
-                match event {
-                    RelayEvent::Negotiated { relay_conn, requested_session: 0, answered_session, .. }
-                        if answered_session == live.session_id =>
-                    {
-                        // The connection that created the session: the lease's first.
-                        conns.insert(relay_conn, 0);
-                        continue;
-                    }
-                    RelayEvent::Negotiated { relay_conn, server, requested_session, answered_session, timeout: negotiated, sent, answered }
-                        if requested_session == live.session_id && answered_session == live.session_id =>
-                    {
-                        let before = lease.timeout();
-                        let conn = lease.connected(negotiated);
-                        conns.insert(relay_conn, conn);
-                        by_server.insert(server.clone(), negotiated);
-                        if negotiated < before {
-                            warn!(session_id = %hex(live.session_id), server, from_ms = before.as_millis() as u64,
-                                to_ms = negotiated.as_millis() as u64,
-                                "the reconnect renegotiated a shorter session timeout: the lease counts with it from now on");
-                        } else {
-                            debug!(session_id = %hex(live.session_id), server, timeout_ms = negotiated.as_millis() as u64, "reconnected");
-                        }
-                        // The server revalidated the session with the quorum leader before it
-                        // answered: a heartbeat like any other.
-                        if let Some((proven, on)) = proof.record(sent, answered, conn, relay) {
-                            lease.advance(proven, on);
-                        }
-                    }
-                    RelayEvent::Negotiated { requested_session, answered_session: 0, .. }
-                        if requested_session == live.session_id =>
-                    {
-                        expired_answer = true;
-                    }
-                    RelayEvent::Pinged { relay_conn, sent, answered } => {
-                        // A touch: proven by a later heartbeat, if one is sent.
-                        if let Some(conn) = conns.get(&relay_conn) {
-                            proof.touched(sent, answered, *conn);
-                        }
-                        continue;
-                    }
-                    RelayEvent::Unanswered { server, session_id, sent } if session_id == live.session_id => {
-                        let timeout = by_server.get(&server).copied().unwrap_or(lease.timeout());
-                        debug!(session_id = %hex(session_id), server, sent = %sent, timeout_ms = timeout.as_millis() as u64,
-                            "a reconnect attempt went unanswered: the lease counts with the timeout that server gave last");
-                        lease.unanswered_attempt(timeout);
-                    }
-                    _ => {}
+            () = &mut next_touch => {
+                next_touch.as_mut().reset(tokio::time::Instant::now() + touch_every);
+                if !wanted && link == Link::Connected && touches.is_empty() {
+                    touches.push(touch(live));
                 }
-                match lapse_or_proof(live, lease, &mut lapsed, link, judged) {
-                    Some(signal) => signal,
-                    None => continue,
+                continue;
+            }
+            Some(answer) = touches.next(), if !touches.is_empty() => {
+                if let Some(at) = answer.answered {
+                    last_answer = last_answer.max(at);
+                    // A touch: proven by a later heartbeat, if one is sent.
+                    proof.touched(answer.sent, at, answer.conn);
+                } else if answer.said_expired {
+                    void_on_expired(live, lease);
                 }
+                continue;
             }
             _ = timer.sleep_until(deadline), if !lapsed && judged => {
                 match lapse_or_proof(live, lease, &mut lapsed, link, judged) {
@@ -528,6 +512,7 @@ async fn serve(
                     }
                     SessionState::SyncConnected => {
                         link = Link::Connected;
+                        last_answer = last_answer.max(clock.now());
                         if wanted {
                             heartbeats.push(heartbeat(live));
                         }
@@ -549,16 +534,32 @@ async fn serve(
                         link = Link::Down;
                         ClientSignal::Disconnected
                     }
-                    SessionState::Expired if expired_answer => return EndOfSession::Expired,
+                    SessionState::Expired => {
+                        // Whoever said it, the lease is void at once: a term must not outlive
+                        // the first "expired" (a resume that the servers accept proves it
+                        // again).
+                        void_on_expired(live, lease);
+                        let quiet = clock.now().saturating_duration_since(last_answer);
+                        return if expired_said_by_servers(quiet, lease.timeout()) {
+                            EndOfSession::Expired
+                        } else {
+                            EndOfSession::GaveUp
+                        };
+                    }
                     SessionState::AuthFailed => return EndOfSession::Failed,
                     // Expired by the client's own timer, or closed under us: the servers may
                     // still hold the session.
                     _ => return EndOfSession::GaveUp,
                 }
             }
-            Some((sent, conn, answered)) = heartbeats.next(), if !heartbeats.is_empty() => {
-                if let Some((proven, on)) = answered.and_then(|at| proof.record(sent, at, conn, relay)) {
-                    lease.advance(proven, on);
+            Some(answer) = heartbeats.next(), if !heartbeats.is_empty() => {
+                if let Some(at) = answer.answered {
+                    last_answer = last_answer.max(at);
+                    if let Some((proven, on)) = proof.record(answer.sent, at, answer.conn, relay) {
+                        lease.advance(proven, on);
+                    }
+                } else if answer.said_expired {
+                    void_on_expired(live, lease);
                 }
                 if unproven && lease.is_valid() {
                     unproven = false;
@@ -636,23 +637,86 @@ fn lapse_or_proof(
 }
 
 /// One heartbeat: a `sync`, which only a server in touch with the quorum leader can answer (a
-/// follower forwards it to the leader). Yields its send time, the connection it went out on,
-/// and when it was answered. One request per heartbeat, whatever the number of terms the
-/// session holds: each term watches its own node instead.
-fn heartbeat(live: &Live) -> Heartbeat {
+/// follower forwards it to the leader). Its send time is stamped before the request is handed
+/// to the client (the future sends it when first polled). One request per heartbeat, whatever
+/// the number of terms the session holds: each term watches its own node instead.
+fn heartbeat(live: &Live) -> Request {
     let clock = live.lease.clock().clone();
     let sent = clock.now();
     let conn = live.lease.current_conn();
     let client = live.client.clone();
     Box::pin(async move {
-        match client.sync("/").await {
-            Ok(()) => (sent, conn, Some(clock.now())),
-            Err(e) => {
-                debug!(error = %e, "heartbeat failed");
-                (sent, conn, None)
+        let result = client.sync("/").await;
+        answer(sent, conn, result.map(|()| clock.now()), "heartbeat")
+    })
+}
+
+/// One touch: an `exists` of the session's root, which the server it reaches answers from its
+/// own state (a follower does not ask the quorum leader, so it costs the leader nothing). It
+/// touches the session there like any request, and the server relays the touch to the quorum
+/// leader with its next ping reply, so a later heartbeat's answer proves it
+/// ([`QuorumProof::touched`]). It takes the place of the client's own pings, which the session
+/// cannot see, at about their rate ([`touch_interval`]).
+fn touch(live: &Live) -> Request {
+    let clock = live.lease.clock().clone();
+    let sent = clock.now();
+    let conn = live.lease.current_conn();
+    let client = live.client.clone();
+    Box::pin(async move {
+        let result = client.check_stat("/").await;
+        answer(sent, conn, result.map(|_| clock.now()), "touch")
+    })
+}
+
+fn answer(
+    sent: BootTime,
+    conn: u64,
+    result: std::result::Result<BootTime, zookeeper_client::Error>,
+    what: &'static str,
+) -> Answer {
+    match result {
+        Ok(at) => Answer {
+            sent,
+            conn,
+            answered: Some(at),
+            said_expired: false,
+        },
+        Err(e) => {
+            debug!(error = %e, "{what} failed");
+            Answer {
+                sent,
+                conn,
+                answered: None,
+                said_expired: matches!(
+                    e,
+                    zookeeper_client::Error::SessionExpired | zookeeper_client::Error::SessionMoved
+                ),
             }
         }
-    })
+    }
+}
+
+/// A server said "expired" or "session moved" (or the client gave up on the session): the lease
+/// is void at once. Under the SessionExpired policy a term would otherwise run on until the
+/// servers were asked again, two ticks later, while a successor may already lead: a session
+/// closed or moved by another client (ids are public, and ZooKeeper 3.8 derives the password
+/// from the id) deletes its nodes at once.
+fn void_on_expired(live: &Live, lease: &Lease) {
+    if lease.is_valid() {
+        warn!(session_id = %hex(live.session_id),
+            "a server says the session expired or moved: its lease is void until a resume proves it again");
+    }
+    lease.void_now();
+}
+
+/// Whether the session's end was said by the servers ("expired" to a reconnect or to a request,
+/// or "session moved") rather than decided by the client, from how long no server had answered
+/// (`quiet`). zookeeper-client reports both as `Expired`, but it gives up only after 7/5 of the
+/// timeout of its latest connection without an answer, which is at least the lease's `timeout`
+/// (the floor covers renegotiations): an end sooner than that was said by a server. Only the
+/// wait before the second ask depends on it (see [`doubt`]): the lease is void either way.
+fn expired_said_by_servers(quiet: Duration, timeout: Duration) -> bool {
+    quiet < timeout
 }
 
 fn publish(
@@ -717,8 +781,8 @@ fn idle_limit(timeout: Duration) -> Duration {
 }
 
 /// The connector of every client of the session, asking for `timeout`: its credentials (digest,
-/// SASL), its TLS settings, the idle limit and read-only choice. Where it connects to (the relay,
-/// or the servers themselves) is the caller's.
+/// SASL), its TLS settings, the idle limit and read-only choice. It connects straight to the
+/// servers ([`Config::servers`]).
 ///
 /// # Errors
 /// zookeeper-client refusing the TLS material (checked when the session was built, so not
@@ -777,9 +841,13 @@ async fn no_hosts(config: &Config) -> Error {
 /// # Errors
 /// [`Error::SessionExpired`] when the servers say the session is gone; others when no server
 /// answered, or the `sync` was not answered.
-async fn connect_resumed(config: &Config, dial: &str, resume: &Resume) -> Result<Client> {
+async fn connect_resumed(config: &Config, resume: &Resume) -> Result<Client> {
     let connector = connector(config, resume.timeout)?.with_session(resume.info.clone());
-    let client = match connector.with_fail_eagerly().connect(dial).await {
+    let client = match connector
+        .with_fail_eagerly()
+        .connect(&config.servers())
+        .await
+    {
         Ok(client) => client,
         Err(zookeeper_client::Error::SessionExpired) => return Err(Error::SessionExpired),
         Err(zookeeper_client::Error::NoHosts) => return Err(no_hosts(config).await),
@@ -807,12 +875,16 @@ async fn connect_resumed(config: &Config, dial: &str, resume: &Resume) -> Result
 }
 
 /// Builds a client for a new ZooKeeper session, creating the chroot if needed.
-async fn connect_client(config: &Config, dial: &str) -> Result<Client> {
+async fn connect_client(config: &Config) -> Result<Client> {
     let connector = connector(config, config.session_timeout)?;
     // One round of the hosts per attempt (the client would otherwise cycle through them until
     // the session timeout and report only `Timeout`): the supervisor retries with its own
     // bounded backoff, and can say why no host answered.
-    let client = match connector.with_fail_eagerly().connect(dial).await {
+    let client = match connector
+        .with_fail_eagerly()
+        .connect(&config.servers())
+        .await
+    {
         Ok(client) => client,
         Err(zookeeper_client::Error::NoHosts) => return Err(no_hosts(config).await),
         Err(e) => return Err(e.into()),
@@ -911,7 +983,7 @@ const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
 mod tests {
     use std::time::Duration;
 
-    use super::second_ask_after;
+    use super::{expired_said_by_servers, second_ask_after};
     use crate::session::lease::{relay_allowance, stale_leader_window};
 
     /// A quorum leader cut off from its followers calls a session expired that nobody touched
@@ -931,5 +1003,18 @@ mod tests {
             );
             assert!(relay_allowance(tick) >= stale_leader_window(tick));
         }
+    }
+
+    /// zookeeper-client gives up on a session only after 7/5 of its latest connection's timeout
+    /// without an answer, and that timeout is at least the lease's: an `Expired` sooner than
+    /// the lease's timeout after the last answer was said by a server, a later one may be the
+    /// client's own.
+    #[test]
+    fn the_servers_expired_is_told_from_the_clients_give_up_by_the_quiet_before_it() {
+        let t = Duration::from_secs(4);
+        assert!(expired_said_by_servers(Duration::from_millis(10), t));
+        assert!(expired_said_by_servers(t - Duration::from_millis(1), t));
+        assert!(!expired_said_by_servers(t, t));
+        assert!(!expired_said_by_servers(t * 7 / 5, t));
     }
 }

@@ -878,8 +878,9 @@ async fn last_ops(server: &testing::TestingServer) -> std::collections::HashMap<
 }
 
 /// The lease only where a term may need it (issue 26): a session whose only candidate waits
-/// further back than second in line sends no `sync` (ZooKeeper's own pings keep it alive, as a
-/// Curator client's do, and cost the quorum leader nothing); the leader's session and the first
+/// further back than second in line sends no `sync` (its own touches, an `exists` its server
+/// answers by itself, keep it alive, as a Curator client's pings do, and cost the quorum leader
+/// nothing); the leader's session and the first
 /// two in line prove theirs all along. When the three ahead leave, the one from the back still
 /// leads on a proven lease. Faults: none (the steady state, then a triple handover).
 #[tokio::test]

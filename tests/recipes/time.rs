@@ -421,6 +421,11 @@ async fn a_silent_quorum_leader_ends_terms_but_keeps_sessions_and_the_leader() {
 /// on server 2) must start only after A's term ended. Faults: a reconnect to a server with
 /// other limits; a client link cut.
 ///
+/// The session connects straight to the servers, and zookeeper-client 0.11 does not report
+/// what its reconnects renegotiate: A declares the lowest `maxSessionTimeout` of the ensemble
+/// (`session_timeout_floor`, 4 s), as an operator whose servers' limits differ must, and its
+/// lease counts with 4 s from the start (`docs/decisions/0001-no-relay.md`).
+///
 /// How soon B leads is not this test's claim, and it is not always 4 s: server 0 reports the
 /// touches of its clients to the quorum leader in batches, with the timeout of its own
 /// connection, and a batch that lands after server 1's revalidation sets the session's expiry
@@ -451,12 +456,22 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     p1.cut();
     let sa = Session::builder(format!("{},{}", p0.connect_string(), p1.connect_string()))
         .session_timeout(FIRST)
+        .session_timeout_floor(Duration::from_secs(4))
         .server_tick_time(TICK)
         .connection_timeout(Duration::from_secs(20))
         .connect()
         .await
         .unwrap();
-    assert_eq!(sa.negotiated_timeout(), Some(FIRST));
+    assert_eq!(
+        sa.client().unwrap().session_timeout(),
+        FIRST,
+        "server 0 gave the 20 s asked for"
+    );
+    assert_eq!(
+        sa.negotiated_timeout(),
+        Some(Duration::from_secs(4)),
+        "the lease counts with the declared floor from the start"
+    );
     let a_id = sa.session_id().unwrap();
     let path = unique_path("renegotiated");
     let a = LeaderLatch::builder(&sa, &path)
@@ -484,10 +499,12 @@ async fn a_timeout_renegotiated_down_on_a_reconnect_bounds_the_lease() {
     // The move: server 0 goes away for A, server 1 takes it.
     p1.heal();
     p0.cut();
-    eventually(BOUND, "A's session to renegotiate on server 1", || async {
-        (sa.negotiated_timeout() == Some(Duration::from_secs(4))).then_some(())
+    // Every connection through server 0's proxy is reset: an answer now comes through server 1.
+    eventually(BOUND, "A's session to move to server 1", || async {
+        sa.client().ok()?.check_stat("/").await.ok().map(|_| ())
     })
     .await;
+    assert_eq!(sa.negotiated_timeout(), Some(Duration::from_secs(4)));
     assert_eq!(sa.session_id(), Some(a_id), "the same session moved");
     let ahead = sa.safe_until().saturating_duration_since(sa.clock().now());
     eprintln!(
@@ -678,4 +695,248 @@ async fn a_session_on_a_silent_quorum_leader_is_kept() {
         replaced.is_empty(),
         "sessions replaced in rounds {replaced:?}"
     );
+}
+
+/// A session closed by another client: ids are public (`ephemeralOwner`), and ZooKeeper 3.8
+/// derives a session's password from its id, so any client that reaches a server can resume a
+/// session and close it (here a twin with the session's own id and password, as Curator's
+/// `KillSession`). The servers delete A's node at once and B leads; A learns of it only from
+/// the "expired" its client's next reconnect brings back. Under the SessionExpired policy A's
+/// term used to outlive that first "expired" by the two server ticks the session waits before it
+/// asks again (1004 ms into B's term, twice). The lease is void at the first "expired" now: the
+/// term ends as A's client hears it. Tick 500 ms, 4 s sessions. Fault: a
+/// session closed from outside while A's link is cut (healed at once after the close), so that
+/// A cannot reconnect between the twin's connect and its close.
+///
+/// Without the cut, the twin's connect kicks A's connection off, and A's client may reconnect
+/// before the twin's close is applied: ZooKeeper then accepts that reconnect and leaves the
+/// connection silent after the close, and A hears nothing until its client drops the silent
+/// connection (its term then ends at its lease's deadline, 2.8 s after the close, in 5 of 16
+/// runs here). A close is not an expiry: no lease bounds it, only fencing (and keeping other
+/// clients off the ensemble) does. Under the Standard policy A's term ends at the cut, before B's.
+#[tokio::test]
+async fn a_term_ends_at_the_first_expired_when_another_client_closes_the_session() {
+    if !zookeeper() {
+        return;
+    }
+    let tick = Duration::from_millis(500);
+    let server = zookeeper_recipes_testing::TestingServer::builder()
+        .tick_time(tick)
+        .start()
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(&[server.connect_string().to_owned()])
+        .await
+        .unwrap();
+    let build = |connect: String| {
+        Session::builder(connect)
+            .session_timeout(Duration::from_secs(4))
+            .server_tick_time(tick)
+            .connection_timeout(Duration::from_secs(20))
+            .connect()
+    };
+    for policy in [ErrorPolicy::SessionExpired, ErrorPolicy::Standard] {
+        let path = unique_path("closed-by-another");
+        let sa = build(proxy.connect_string().to_owned()).await.unwrap();
+        let sb = build(server.connect_string().to_owned()).await.unwrap();
+        let a = LeaderLatch::builder(&sa, &path)
+            .id("a")
+            .error_policy(policy)
+            .start()
+            .await
+            .unwrap();
+        let a_term = within(BOUND, "A to lead", a.await_leadership())
+            .await
+            .unwrap();
+        let b = LeaderLatch::builder(&sb, &path)
+            .id("b")
+            .error_policy(policy)
+            .start()
+            .await
+            .unwrap();
+        b.wait_joined(BOUND).await.unwrap();
+        let lease_timeout = sa.negotiated_timeout();
+        // When A's client hears "expired" (the first word A can have of the close).
+        let mut watcher = sa.client().unwrap().state_watcher();
+        let clock = sa.clock().clone();
+        let heard = tokio::spawn(async move {
+            loop {
+                if watcher.changed().await == zookeeper_client::SessionState::Expired {
+                    return clock.now();
+                }
+            }
+        });
+        let cut_at = sb.clock().now();
+        // Cut, close from outside (waiting until the server has applied the close), heal.
+        common::expire_behind(&server, &proxy, &sa).await;
+        let healed_at = sb.clock().now();
+        let b_term = within(
+            BOUND,
+            "B to lead once A's session is closed",
+            b.await_leadership(),
+        )
+        .await
+        .unwrap();
+        let a_ended = eventually(BOUND, "A's term to end", || async { a_term.ended_at() }).await;
+        let heard_at = within(BOUND, "A's client to hear \"expired\"", heard)
+            .await
+            .unwrap();
+        let b_began = b_term.started_at();
+        let (sign, gap) = if a_ended <= b_began {
+            ("before", b_began.saturating_duration_since(a_ended))
+        } else {
+            ("AFTER", a_ended.saturating_duration_since(b_began))
+        };
+        let (when, after_heard) = if a_ended >= heard_at {
+            ("after", a_ended.saturating_duration_since(heard_at))
+        } else {
+            ("before", heard_at.saturating_duration_since(a_ended))
+        };
+        eprintln!(
+            "{policy:?}: lease timeout {lease_timeout:?}; B began {} ms after the cut, the link healed {} ms after it, A's client heard \"expired\" {} ms after the heal; A's term ended {} ms {when} that ({:?}), {} ms {sign} B's began",
+            ms(b_began.saturating_duration_since(cut_at)),
+            ms(healed_at.saturating_duration_since(cut_at)),
+            ms(heard_at.saturating_duration_since(healed_at)),
+            ms(after_heard),
+            a_term.end_reason(),
+            ms(gap),
+        );
+        match policy {
+            ErrorPolicy::Standard => assert!(
+                a_ended <= b_began,
+                "Standard: A's term ran {} ms into B's",
+                ms(a_ended.saturating_duration_since(b_began))
+            ),
+            // It ends as its session hears the first "expired" (a tenth of a tick for the
+            // tasks between), not two ticks later.
+            _ => assert!(
+                a_ended <= heard_at + tick / 10,
+                "{policy:?}: A's term ended {} ms after its client heard \"expired\": it outlived the first \"expired\"",
+                ms(a_ended.saturating_duration_since(heard_at))
+            ),
+        }
+        b.close().await.unwrap();
+        drop(a);
+        sa.close().await.unwrap();
+        sb.close().await.unwrap();
+    }
+}
+
+/// The creation timeout bounds the lease for the session's whole life. A new quorum leader
+/// re-arms every session with the timeout it was *created* with, whatever a reconnect
+/// renegotiated since. Server 0 allows sessions up to 2 s, server 1 at least 6 s. A's session
+/// (6 s asked) is created on server 0 with 2 s, then moves to server 1 (the client asks for the
+/// 2 s it has, server 1 raises it to its 6 s minimum) and proves its lease there. Then A is cut
+/// off and the quorum leader killed: the next leader expires A's session 2 s after it takes
+/// over, and B leads. A's term (SessionExpired policy: a cut alone does not end it) must have
+/// ended by then. Faults: a reconnect to a server that raises the timeout; a client link cut;
+/// the quorum leader killed.
+#[tokio::test]
+async fn the_creation_timeout_bounds_the_lease_after_a_move_to_a_server_that_gives_more() {
+    if !zookeeper() {
+        return;
+    }
+    let _turn = common::ensemble_turn().await;
+    let created = Duration::from_secs(2);
+    let cluster = TestingCluster::builder()
+        .servers(3)
+        .tick_time(TICK)
+        .max_session_timeout(FIRST)
+        .server_session_timeouts(0, Duration::from_millis(400), created)
+        .server_session_timeouts(1, Duration::from_secs(6), FIRST)
+        .start()
+        .await
+        .unwrap();
+    let p0 = FaultProxy::start(&[cluster.server_connect_string(0).unwrap().to_owned()])
+        .await
+        .unwrap();
+    let p1 = FaultProxy::start(&[cluster.server_connect_string(1).unwrap().to_owned()])
+        .await
+        .unwrap();
+    // Server 1 refuses A for now, so that A's session is created on server 0.
+    p1.cut();
+    let sa = Session::builder(format!("{},{}", p0.connect_string(), p1.connect_string()))
+        .session_timeout(Duration::from_secs(6))
+        .server_tick_time(TICK)
+        .connection_timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(sa.negotiated_timeout(), Some(created));
+    let path = unique_path("creation-timeout");
+    let a = LeaderLatch::builder(&sa, &path)
+        .id("a")
+        .error_policy(ErrorPolicy::SessionExpired)
+        .start()
+        .await
+        .unwrap();
+    within(BOUND, "A to lead", a.await_leadership())
+        .await
+        .unwrap();
+    let leader = cluster.wait_for_leader(BOUND).await.unwrap();
+    let b_server = (0..3).find(|i| *i != leader).unwrap_or(2);
+    let sb = session(
+        cluster.server_connect_string(b_server).unwrap(),
+        Duration::from_secs(10),
+    )
+    .await;
+    let b = LeaderLatch::builder(&sb, &path)
+        .id("b")
+        .start()
+        .await
+        .unwrap();
+    b.wait_joined(BOUND).await.unwrap();
+
+    // The move: server 0 goes away for A, server 1 takes it, and a touch sent there is proven.
+    p1.heal();
+    p0.cut();
+    eventually(BOUND, "A's session to move to server 1", || async {
+        sa.client().ok()?.check_stat("/").await.ok().map(|_| ())
+    })
+    .await;
+    let moved = sa.clock().now();
+    // The deadline is the proven touch's send time plus 2 s minus the margin (100 ms): past
+    // `moved` + 1.9 s only once a touch sent after the move is proven.
+    eventually(BOUND, "a touch sent on server 1 to be proven", || async {
+        (sa.safe_until().saturating_duration_since(moved) > created * 19 / 20).then_some(())
+    })
+    .await;
+    let a_term = within(BOUND, "A to lead", a.await_leadership())
+        .await
+        .unwrap();
+    let ahead = sa.safe_until().saturating_duration_since(sa.clock().now());
+    let counted = sa.negotiated_timeout();
+
+    // A cut off, the quorum leader killed: the next leader re-arms A's session with 2 s.
+    p1.cut();
+    let cut_at = sb.clock().now();
+    cluster.kill_server(leader).await.unwrap();
+    let b_term = within(
+        FIRST + BOUND,
+        "B to lead once A's session expired",
+        b.await_leadership(),
+    )
+    .await
+    .unwrap();
+    let a_ended = eventually(BOUND, "A's term to end", || async { a_term.ended_at() }).await;
+    let b_began = b_term.started_at();
+    let (sign, gap) = if a_ended <= b_began {
+        ("before", b_began.saturating_duration_since(a_ended))
+    } else {
+        ("AFTER", a_ended.saturating_duration_since(b_began))
+    };
+    eprintln!(
+        "creation timeout: the lease counted with {counted:?}, {} ms ahead at the cut; A's term ended {} ms after the cut, {} ms {sign} B's began ({} ms after the cut; quorum leader was server {leader}, B on server {b_server})",
+        ms(ahead),
+        ms(a_ended.saturating_duration_since(cut_at)),
+        ms(gap),
+        ms(b_began.saturating_duration_since(cut_at)),
+    );
+    assert!(
+        a_ended <= b_began,
+        "A's term ran {} ms into B's",
+        ms(a_ended.saturating_duration_since(b_began))
+    );
+    b.close().await.unwrap();
+    drop(a);
 }

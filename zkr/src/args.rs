@@ -41,6 +41,15 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, global = true)]
     pub(crate) server_tick_time: Option<Duration>,
 
+    /// The lowest session timeout any server may give the session: the lowest
+    /// maxSessionTimeout of the ensemble, including one a rolling change is about to set
+    /// [default: none]. zkr connects straight to the servers and cannot see what a reconnect
+    /// renegotiates, so the lease counts with the lowest of this, the timeout the session was
+    /// created with, and what a resumed session negotiated. Set it whenever the servers'
+    /// limits differ or may change; a lower value is always safe
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, global = true)]
+    pub(crate) session_timeout_floor: Option<Duration>,
+
     /// How long to wait for a ZooKeeper server to answer when connecting: one-shot commands
     /// then fail (exit 69), `cron run` tries again with a backoff
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration,

@@ -15,6 +15,8 @@ use crate::signals::Signals;
 pub(crate) struct Conn {
     pub(crate) hosts: String,
     pub(crate) server_tick_time: Option<Duration>,
+    /// `--session-timeout-floor`.
+    pub(crate) session_timeout_floor: Option<Duration>,
     /// `--connect-timeout`.
     pub(crate) connect_timeout: Duration,
     /// `--auth-file` or `$ZK_AUTH` (its `Debug` leaves the password out).
@@ -42,6 +44,10 @@ impl Conn {
         };
         let builder = match &self.tls {
             Some(tls) => builder.tls(tls.clone()),
+            None => builder,
+        };
+        let builder = match self.session_timeout_floor {
+            Some(floor) => builder.session_timeout_floor(floor),
             None => builder,
         };
         match self.server_tick_time {

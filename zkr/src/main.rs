@@ -109,7 +109,8 @@ pub(crate) mod codes {
     /// A run-time failure: the server refused, the job stopped, `resolve` refused a slot.
     pub(crate) const FAILURE: u8 = 1;
     /// A usage or argument error, found before connecting (clap's code, and zkr's own checks
-    /// of values: `--grace`, `--server-tick-time`, `--clock-tolerance`, the schedule).
+    /// of values: `--grace`, `--server-tick-time`, `--session-timeout-floor`,
+    /// `--clock-tolerance`, the schedule).
     pub(crate) const USAGE: u8 = 2;
     /// `cron history|status|participants|pause|resume|trigger|resolve`: no job at PATH
     /// (sysexits' EX_NOINPUT).
@@ -162,6 +163,7 @@ async fn async_main(cli: Cli) -> ExitCode {
     let conn = Conn {
         hosts,
         server_tick_time: cli.server_tick_time,
+        session_timeout_floor: cli.session_timeout_floor,
         connect_timeout: cli.connect_timeout,
         auth,
         tls,

@@ -33,8 +33,8 @@ const TICK: Duration = Duration::from_secs(2);
 const SETTLE: Duration = Duration::from_secs(5);
 /// How many sessions connect at the same time.
 const CONNECTS_IN_FLIGHT: usize = 64;
-/// Open files the fleet needs per session: the client's socket, and the session's loopback
-/// relay (two sockets), with room for the runtime's own.
+/// Open files the fleet needs per session: the client's socket, with room for the runtime's own
+/// (the session's loopback relay, two more sockets, is gone; the budget is kept).
 const FILES_PER_SESSION: u64 = 4;
 
 /// `fleet N [T]`.

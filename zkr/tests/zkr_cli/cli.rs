@@ -1265,6 +1265,117 @@ async fn a_server_tick_time_that_is_not_a_positive_duration_exits_2_with_usage()
     }
 }
 
+/// The TCP sockets of process `pid` in state `state` (`0A` listening, `01` established), as
+/// `(local port, remote address)` from `/proc/net/tcp` and `/proc/net/tcp6`.
+fn tcp_sockets(pid: u32, state: &str) -> Vec<(u16, String)> {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap_or(""), 16).ok();
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .flat_map(|table| {
+            std::fs::read_to_string(table)
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    (f.len() > 9 && f[3] == state && inodes.contains(f[9]))
+                        .then(|| Some((port(f[1])?, f[2].to_owned())))
+                        .flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// No local port (issue 42): zkr, like every process using the library, listens on nothing and
+/// connects straight to the server. It used to listen on 127.0.0.1 per server and relay its
+/// client's connections, which any local process could use to reach the ensemble as zkr.
+#[tokio::test]
+async fn zkr_listens_on_no_port_and_connects_straight_to_the_server() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let server_port: u16 = connect
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("the server's port");
+    let mut latch = Zkr::latch(connect, &testing::unique_path("cli-no-port"), "a", None);
+    latch
+        .wait_for("leader", BOUND, "the latch never printed leader")
+        .await;
+    let pid = u32::try_from(latch.pid.as_raw()).expect("a pid");
+    let listening = tcp_sockets(pid, "0A");
+    let established = tcp_sockets(pid, "01");
+    eprintln!("zkr latch (pid {pid}): listening {listening:?}, established {established:?}");
+    assert!(listening.is_empty(), "zkr listens on {listening:?}");
+    let remote_ports: Vec<u16> = established
+        .iter()
+        .filter_map(|(_, remote)| u16::from_str_radix(remote.rsplit(':').next()?, 16).ok())
+        .collect();
+    assert!(
+        !remote_ports.is_empty() && remote_ports.iter().all(|p| *p == server_port),
+        "zkr's connections go to {remote_ports:?}, not only to the server's port {server_port}"
+    );
+    let _ = latch.child.kill().await;
+}
+
+/// `--session-timeout-floor` takes a positive humantime duration too, and a floor below the
+/// session timeout is what the lease, and so the grace limit, counts with: a 10 s session on
+/// servers that may give 2 s, with a 200 ms tick, leaves 850 ms, as a 2 s session does (exit
+/// code 2 and the limit named, before zkr connects).
+#[tokio::test]
+async fn a_session_timeout_floor_is_checked_and_bounds_the_grace_before_connecting() {
+    for floor in ["0", "abc", "-1s", ""] {
+        assert_usage_error(&["--session-timeout-floor", floor, "leader", "x"]).await;
+    }
+    let args = [
+        "--connect",
+        "127.0.0.1:1",
+        "--server-tick-time",
+        "200ms",
+        "--session-timeout",
+        "10s",
+        "--session-timeout-floor",
+        "2s",
+        "run",
+        "x",
+        "--grace",
+        "851ms",
+        "--",
+        "true",
+    ];
+    let out = tokio::time::timeout(
+        BOUND,
+        tokio::process::Command::new(common::zkr::exe())
+            .args(args)
+            .env_remove("ZK_CONNECT")
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("zkr {args:?} did not give up at once"))
+    .expect("zkr ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "zkr {args:?}: {err}");
+    assert!(
+        err.contains("--grace 851ms does not fit") && err.contains("at most 850ms"),
+        "zkr {args:?} should name the floor's limit: {err}"
+    );
+}
+
 /// The lease counts with the servers' tick; without `--server-tick-time`, zkr assumes one and
 /// the library warns about it (seen with `ZKR_LOG=zookeeper_recipes=warn`); given, no warning.
 #[tokio::test]
