@@ -2006,7 +2006,11 @@ struct RunEnds {
 
 impl Drop for RunEnds {
     fn drop(&mut self) {
-        let now = BootTime::now();
+        // On the term's clock, as its start (`SlotRun::started_at`) and the term's own instants
+        // are: a suspended host's clock stands still from the suspend on, and work it did not do
+        // while stopped must not be stamped in real time past the term's end (CI seed 2 under
+        // load: a run's end 1 ms after its term's, the host suspended between the two).
+        let now = self.term.clock().now();
         // A run may act while its term is valid: up to now if it still is, else up to when
         // the term ended or its deadline passed, whichever came first.
         let end = if self.term.is_valid() {
@@ -3958,9 +3962,14 @@ mod tests {
             check_job(&[], &[record("e", "running", Some(30), 1)]),
             Vec::<String>::new()
         );
-        // Still running with a run that returned Ok: its end was never recorded.
+        // Still running with a run that returned Ok: its end's record was refused (the term
+        // ended first), and the next leader handles the slot as cut off, which the pause holds.
         let done = [run("job-0", "d", 1, 20, true)];
-        let v = check_job(&done, &[record("d", "running", Some(20), 1)]);
+        assert!(check_job(&done, &[record("d", "running", Some(20), 1)]).is_empty());
+        // But a run still going at the close leaves its slot open.
+        let mut going = run("job-0", "f", 1, 21, true);
+        going.end = None;
+        let v = check_job(&[going], &[record("f", "running", Some(21), 1)]);
         assert!(v.iter().any(|v| v.contains("still running")), "{v:?}");
         let orphan_run = check_job(&[run("job-0", "z", 1, 5, true)], &[]);
         assert!(orphan_run[0].contains("no record"), "{orphan_run:?}");
