@@ -162,7 +162,8 @@ impl Leadership {
     /// The instant the term stopped being valid, once it has ended: when it was ended, or its
     /// deadline if that passed first (a process frozen past its session ends its term only when
     /// it runs again, but [`is_valid`](Self::is_valid) was false from the deadline on). For
-    /// histories of terms: a successor's term never starts before this instant.
+    /// histories of terms: a successor's term never starts before this instant, and no
+    /// [`is_valid`](Self::is_valid) said true after it.
     pub fn ended_at(&self) -> Option<BootTime> {
         self.inner.ended_at.get().copied()
     }
