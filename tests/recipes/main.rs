@@ -20,3 +20,4 @@ mod scheduled_job;
 mod security;
 mod spec_citations;
 mod time;
+mod tls_matrix;
