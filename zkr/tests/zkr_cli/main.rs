@@ -13,6 +13,7 @@ mod cron_cli;
 mod cron_ops;
 mod metrics;
 mod security;
+mod tls_matrix;
 
 /// Tests that kill or freeze processes, or stop servers, run one at a time across both suites,
 /// so that their timing is not skewed by each other's processes and JVMs on a small machine.
