@@ -154,6 +154,8 @@ async fn zkr_refuses_bad_tls_and_sasl_files_before_connecting() {
     let dir = tempfile::tempdir().unwrap();
     let ca = testing::TestCa::new(dir.path(), "zkr-bad").unwrap();
     let me = ca.client_cert("svc").unwrap();
+    let other = ca.client_cert("other").unwrap();
+    let other_key = other.key_path().to_str().unwrap();
     let ca_path = ca.ca_path().to_str().unwrap();
     let cert = me.cert_path().to_str().unwrap();
     let open_key = key_with_mode(dir.path(), me.key_path(), 0o644);
@@ -161,7 +163,7 @@ async fn zkr_refuses_bad_tls_and_sasl_files_before_connecting() {
     let open_sasl = write_file(dir.path(), "sasl-644", "alice:pw\n", 0o644);
     let bad_sasl = write_file(dir.path(), "sasl-bad", "alice\n", 0o600);
     let key = me.key_path().to_str().unwrap();
-    let cases: [(&str, Vec<&str>, &str); 6] = [
+    let cases: [(&str, Vec<&str>, &str); 8] = [
         (
             "a key file readable by group and others",
             vec![
@@ -178,6 +180,30 @@ async fn zkr_refuses_bad_tls_and_sasl_files_before_connecting() {
             "a CA file that is not PEM",
             vec!["--tls-ca", &not_pem],
             "no CERTIFICATE",
+        ),
+        (
+            "a client certificate file that is not PEM",
+            vec![
+                "--tls-ca",
+                ca_path,
+                "--tls-cert",
+                &not_pem,
+                "--tls-key",
+                key,
+            ],
+            "no CERTIFICATE",
+        ),
+        (
+            "a key that does not match its certificate",
+            vec![
+                "--tls-ca",
+                ca_path,
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                other_key,
+            ],
+            "does not match",
         ),
         (
             "a certificate without its key",
@@ -201,7 +227,7 @@ async fn zkr_refuses_bad_tls_and_sasl_files_before_connecting() {
         ),
     ];
     for (what, mut args, cause) in cases {
-        args.extend(["participants", "/x"]);
+        args.extend(["--connect-timeout", "3s", "participants", "/x"]);
         let (status, _, err, took) = run("tcp+tls://127.0.0.1:1", &[], &args).await;
         eprintln!(
             "{what}: exit {:?} after {} ms: {}",
@@ -212,50 +238,83 @@ async fn zkr_refuses_bad_tls_and_sasl_files_before_connecting() {
         assert_eq!(status.code(), Some(2), "{what}: {err}");
         assert!(err.contains(cause), "{what}: {err}");
         assert!(
+            took < Duration::from_secs(3),
+            "{what}: took {took:?} with --connect-timeout 3s"
+        );
+        assert!(
             !err.contains("pw"),
             "{what}: the message echoes the password: {err}"
         );
     }
 }
 
+/// Each failed handshake: exit 69 within `--connect-timeout`, the message naming the cause.
 #[tokio::test]
-async fn zkr_exits_within_its_connect_timeout_on_a_bad_server_certificate() {
+async fn zkr_exits_within_its_connect_timeout_on_a_failed_handshake_saying_why() {
     if !zookeeper() {
         return;
     }
-    let server = server(
-        TestingServer::builder()
-            .tls(ClientAuth::None)
-            .tls_server_certificate(ServerCertificate::UnknownCa),
-    )
-    .await;
-    let ca = server.tls().unwrap().ca_path().to_str().unwrap().to_owned();
-    let (status, _, err, took) = run(
-        server.connect_string(),
-        &[],
-        &[
-            "--connect-timeout",
-            "3s",
-            "--tls-ca",
-            &ca,
-            "participants",
-            "/x",
-        ],
-    )
-    .await;
-    eprintln!(
-        "unknown CA: exit {:?} after {} ms: {}",
-        status.code(),
-        took.as_millis(),
-        err.trim()
-    );
-    assert_eq!(status.code(), Some(69), "{err}");
-    assert!(err.contains("TLS handshake failed"), "{err}");
-    assert!(err.contains("not signed by a CA"), "{err}");
-    assert!(
-        took < Duration::from_secs(5),
-        "took {took:?} with --connect-timeout 3s"
-    );
+    let cases = [
+        (
+            "an unknown CA",
+            ServerCertificate::UnknownCa,
+            ClientAuth::None,
+            "not signed by a CA",
+        ),
+        (
+            "an expired server certificate",
+            ServerCertificate::Expired,
+            ClientAuth::None,
+            "expired",
+        ),
+        (
+            "a server certificate for another host",
+            ServerCertificate::WrongHost,
+            ClientAuth::None,
+            "not valid for 127.0.0.1",
+        ),
+        (
+            "no client certificate for a server that needs one",
+            ServerCertificate::Valid,
+            ClientAuth::Need,
+            "client certificate",
+        ),
+    ];
+    for (what, certificate, client_auth, cause) in cases {
+        let server = server(
+            TestingServer::builder()
+                .tls(client_auth)
+                .tls_server_certificate(certificate),
+        )
+        .await;
+        let ca = server.tls().unwrap().ca_path().to_str().unwrap().to_owned();
+        let (status, _, err, took) = run(
+            server.connect_string(),
+            &[],
+            &[
+                "--connect-timeout",
+                "3s",
+                "--tls-ca",
+                &ca,
+                "participants",
+                "/x",
+            ],
+        )
+        .await;
+        eprintln!(
+            "{what}: exit {:?} after {} ms: {}",
+            status.code(),
+            took.as_millis(),
+            err.trim()
+        );
+        assert_eq!(status.code(), Some(69), "{what}: {err}");
+        assert!(err.contains("TLS handshake failed"), "{what}: {err}");
+        assert!(err.contains(cause), "{what}: {err}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{what}: took {took:?} with --connect-timeout 3s"
+        );
+    }
 }
 
 #[tokio::test]
