@@ -6,6 +6,12 @@
 //! replacement of a killed candidate of either side, selector terms that never overlap, and a
 //! lock that serves both sides in request order. Without Java or the Curator jars the tests skip
 //! (and fail under `CI=true`).
+//!
+//! Each test runs twice, over plaintext (its name) and over mutual TLS (`<name>_over_mtls`,
+//! issue 42): on a TLS-only server with `ssl.clientAuth=need`, the Rust sessions and the Curator
+//! JVMs (`zookeeper.client.secure`, the Netty socket and `PEM` stores: see
+//! `fixtures::curator::spawn_with`) present the same client certificate, as two replicas of
+//! one service would.
 
 use zookeeper_recipes_rigs::fixtures as common;
 
@@ -15,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::curator::{CuratorPeer, event_ts, parse_participants};
-use common::{BOUND, children, eventually, ms, session, sessions, shared_server, within};
+use common::transport::{Secured, Transport};
+use common::{BOUND, children, eventually, ms, within};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use zookeeper_recipes::{
@@ -43,8 +50,26 @@ async fn window() {
     tokio::time::sleep(WINDOW).await;
 }
 
-async fn peers(connect: &str, n: usize, timeout: Duration) -> Vec<CuratorPeer> {
-    futures::future::join_all((0..n).map(|_| CuratorPeer::spawn(connect, timeout))).await
+/// Whether the interop tests can run (ZooKeeper, Java and Curator are there), and the server
+/// of `transport` (plaintext or mutual TLS) they meet on.
+async fn net(transport: Transport) -> Option<&'static Secured> {
+    if !common::zookeeper() || !common::curator::require_java() {
+        return None;
+    }
+    Some(Secured::shared(transport).await)
+}
+
+/// A Curator peer that reaches `net` as the Rust sessions do.
+async fn peer(net: &Secured, timeout: Duration) -> CuratorPeer {
+    CuratorPeer::spawn_with(net.connect_string(), timeout, net.peer_tls().as_ref()).await
+}
+
+async fn peers(net: &Secured, n: usize, timeout: Duration) -> Vec<CuratorPeer> {
+    futures::future::join_all((0..n).map(|_| peer(net, timeout))).await
+}
+
+async fn sessions(net: &Secured, n: usize, timeout: Duration) -> Vec<Session> {
+    futures::future::join_all((0..n).map(|_| net.session(timeout))).await
 }
 
 fn pairs(ps: &[Participant]) -> Vec<(String, bool)> {
@@ -312,12 +337,24 @@ async fn leadership_follows_creation_order(
 
 #[tokio::test]
 async fn rust_and_curator_latches_lead_in_creation_order_whoever_created_first() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    rust_and_curator_latches_lead_in_creation_order_whoever_created_first_on(Transport::Plaintext)
+        .await;
+}
+
+#[tokio::test]
+async fn rust_and_curator_latches_lead_in_creation_order_whoever_created_first_over_mtls() {
+    rust_and_curator_latches_lead_in_creation_order_whoever_created_first_on(Transport::MutualTls)
+        .await;
+}
+
+async fn rust_and_curator_latches_lead_in_creation_order_whoever_created_first_on(
+    transport: Transport,
+) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let sessions = sessions(server.connect_string(), 2, TIMEOUT).await;
-    let mut peers = peers(server.connect_string(), 2, TIMEOUT).await;
+    };
+    let sessions = sessions(net, 2, TIMEOUT).await;
+    let mut peers = peers(net, 2, TIMEOUT).await;
     leadership_follows_creation_order(true, &sessions, &mut peers).await;
     leadership_follows_creation_order(false, &sessions, &mut peers).await;
     for peer in peers {
@@ -360,12 +397,20 @@ async fn everyone_lists(
 
 #[tokio::test]
 async fn curator_lists_rust_ids_and_rust_lists_curator_ids() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    curator_lists_rust_ids_and_rust_lists_curator_ids_on(Transport::Plaintext).await;
+}
+
+#[tokio::test]
+async fn curator_lists_rust_ids_and_rust_lists_curator_ids_over_mtls() {
+    curator_lists_rust_ids_and_rust_lists_curator_ids_on(Transport::MutualTls).await;
+}
+
+async fn curator_lists_rust_ids_and_rust_lists_curator_ids_on(transport: Transport) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let s = session(server.connect_string(), TIMEOUT).await;
-    let mut peer = CuratorPeer::spawn(server.connect_string(), TIMEOUT).await;
+    };
+    let s = net.session(TIMEOUT).await;
+    let mut peer = peer(net, TIMEOUT).await;
     let path = testing::unique_path("participants");
     // A non-ASCII id: both sides store and read the id as UTF-8.
     let r1 = rust_latch(&s, &path, "rust-1").await;
@@ -404,12 +449,28 @@ async fn curator_lists_rust_ids_and_rust_lists_curator_ids() {
 
 #[tokio::test]
 async fn after_the_java_leader_closes_the_next_rust_candidate_leads_and_vice_versa() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    after_the_java_leader_closes_the_next_rust_candidate_leads_and_vice_versa_on(
+        Transport::Plaintext,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn after_the_java_leader_closes_the_next_rust_candidate_leads_and_vice_versa_over_mtls() {
+    after_the_java_leader_closes_the_next_rust_candidate_leads_and_vice_versa_on(
+        Transport::MutualTls,
+    )
+    .await;
+}
+
+async fn after_the_java_leader_closes_the_next_rust_candidate_leads_and_vice_versa_on(
+    transport: Transport,
+) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let s = session(server.connect_string(), TIMEOUT).await;
-    let mut peer = CuratorPeer::spawn(server.connect_string(), TIMEOUT).await;
+    };
+    let s = net.session(TIMEOUT).await;
+    let mut peer = peer(net, TIMEOUT).await;
 
     // Java leads, two Rust candidates wait: closing Java elects the first of them only.
     let path = testing::unique_path("handover-java-to-rust");
@@ -482,12 +543,23 @@ async fn after_the_java_leader_closes_the_next_rust_candidate_leads_and_vice_ver
 #[tokio::test]
 async fn a_middle_candidate_of_either_side_leaving_elects_nobody_and_its_successor_follows_the_leader()
  {
-    if !common::zookeeper() || !common::curator::require_java() {
+    a_middle_candidate_of_either_side_leaving_elects_nobody_and_its_successor_follows_the_leader_on(Transport::Plaintext).await;
+}
+
+#[tokio::test]
+async fn a_middle_candidate_of_either_side_leaving_elects_nobody_and_its_successor_follows_the_leader_over_mtls()
+ {
+    a_middle_candidate_of_either_side_leaving_elects_nobody_and_its_successor_follows_the_leader_on(Transport::MutualTls).await;
+}
+
+async fn a_middle_candidate_of_either_side_leaving_elects_nobody_and_its_successor_follows_the_leader_on(
+    transport: Transport,
+) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let s = session(server.connect_string(), TIMEOUT).await;
-    let mut peer = CuratorPeer::spawn(server.connect_string(), TIMEOUT).await;
+    };
+    let s = net.session(TIMEOUT).await;
+    let mut peer = peer(net, TIMEOUT).await;
 
     // Curator leader, Rust in the middle, Curator behind it.
     let path = testing::unique_path("middle-rust");
@@ -545,18 +617,31 @@ async fn a_middle_candidate_of_either_side_leaving_elects_nobody_and_its_success
 
 #[tokio::test]
 async fn a_killed_candidate_of_either_side_is_replaced_after_its_session_expires() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    a_killed_candidate_of_either_side_is_replaced_after_its_session_expires_on(
+        Transport::Plaintext,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_killed_candidate_of_either_side_is_replaced_after_its_session_expires_over_mtls() {
+    a_killed_candidate_of_either_side_is_replaced_after_its_session_expires_on(
+        Transport::MutualTls,
+    )
+    .await;
+}
+
+async fn a_killed_candidate_of_either_side_is_replaced_after_its_session_expires_on(
+    transport: Transport,
+) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
+    };
     let short = Duration::from_secs(2);
-    let (mut doomed, mut heir) = tokio::join!(
-        CuratorPeer::spawn(server.connect_string(), short),
-        CuratorPeer::spawn(server.connect_string(), TIMEOUT)
-    );
+    let (mut doomed, mut heir) = tokio::join!(peer(net, short), peer(net, TIMEOUT));
 
     // A Curator leader is SIGKILLed: its node stays until the server expires its session.
-    let s = session(server.connect_string(), TIMEOUT).await;
+    let s = net.session(TIMEOUT).await;
     let path = testing::unique_path("killed-java-leader");
     java_latch(&mut doomed, "doomed", &path, "java-doomed").await;
     java_leads(&mut doomed, "doomed").await;
@@ -585,8 +670,8 @@ async fn a_killed_candidate_of_either_side_is_replaced_after_its_session_expires
     // A Rust leader's link goes silent for good (the process is as good as dead): its term ends
     // on its own (suspended, at the latest at its deadline) before the server expires its session
     // and so elects the Curator candidate.
-    let proxy = common::proxy_to(server).await;
-    let dying = session(&proxy.connect_string(), short).await;
+    let proxy = common::proxy_to(net.server()).await;
+    let dying = net.session_to(&proxy.connect_string(), short).await;
     let negotiated = dying.negotiated_timeout().unwrap();
     let path = testing::unique_path("killed-rust-leader");
     let rust = rust_latch(&dying, &path, "rust-doomed").await;
@@ -638,7 +723,7 @@ async fn a_killed_candidate_of_either_side_is_replaced_after_its_session_expires
         async move { node.filter(|n| *n != old) }
     })
     .await;
-    let observer = session(server.connect_string(), TIMEOUT).await;
+    let observer = net.session(TIMEOUT).await;
     let want = expected(&["java-heir", "rust-doomed"]);
     eventually(
         BOUND,
@@ -815,13 +900,30 @@ fn curator_terms(peer: &CuratorPeer, name: &str) -> Vec<Term> {
 
 #[tokio::test]
 async fn rust_and_curator_selectors_with_auto_requeue_take_turns_without_overlapping_terms() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    rust_and_curator_selectors_with_auto_requeue_take_turns_without_overlapping_terms_on(
+        Transport::Plaintext,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn rust_and_curator_selectors_with_auto_requeue_take_turns_without_overlapping_terms_over_mtls()
+ {
+    rust_and_curator_selectors_with_auto_requeue_take_turns_without_overlapping_terms_on(
+        Transport::MutualTls,
+    )
+    .await;
+}
+
+async fn rust_and_curator_selectors_with_auto_requeue_take_turns_without_overlapping_terms_on(
+    transport: Transport,
+) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
+    };
     let path = testing::unique_path("selector-turns");
-    let rust_sessions = sessions(server.connect_string(), 2, TIMEOUT).await;
-    let mut java_peers = peers(server.connect_string(), 2, TIMEOUT).await;
+    let rust_sessions = sessions(net, 2, TIMEOUT).await;
+    let mut java_peers = peers(net, 2, TIMEOUT).await;
     let history: History = Arc::default();
     let stop = CancellationToken::new();
 
@@ -1012,12 +1114,28 @@ async fn mutex_sees(mutex: &InterProcessMutex, ids: &[&str]) {
 
 #[tokio::test]
 async fn rust_and_curator_mutexes_exclude_each_other_and_are_served_in_request_order() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    rust_and_curator_mutexes_exclude_each_other_and_are_served_in_request_order_on(
+        Transport::Plaintext,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn rust_and_curator_mutexes_exclude_each_other_and_are_served_in_request_order_over_mtls() {
+    rust_and_curator_mutexes_exclude_each_other_and_are_served_in_request_order_on(
+        Transport::MutualTls,
+    )
+    .await;
+}
+
+async fn rust_and_curator_mutexes_exclude_each_other_and_are_served_in_request_order_on(
+    transport: Transport,
+) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let s = session(server.connect_string(), TIMEOUT).await;
-    let mut ps = peers(server.connect_string(), 2, TIMEOUT).await;
+    };
+    let s = net.session(TIMEOUT).await;
+    let mut ps = peers(net, 2, TIMEOUT).await;
     let (mut b, mut a) = (ps.pop().unwrap(), ps.pop().unwrap());
     let path = testing::unique_path("mutex-interop");
 
@@ -1176,12 +1294,20 @@ async fn selectors_list(
 
 #[tokio::test]
 async fn curator_selector_participants_show_rust_selector_ids() {
-    if !common::zookeeper() || !common::curator::require_java() {
+    curator_selector_participants_show_rust_selector_ids_on(Transport::Plaintext).await;
+}
+
+#[tokio::test]
+async fn curator_selector_participants_show_rust_selector_ids_over_mtls() {
+    curator_selector_participants_show_rust_selector_ids_on(Transport::MutualTls).await;
+}
+
+async fn curator_selector_participants_show_rust_selector_ids_on(transport: Transport) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let s = session(server.connect_string(), TIMEOUT).await;
-    let mut peer = CuratorPeer::spawn(server.connect_string(), TIMEOUT).await;
+    };
+    let s = net.session(TIMEOUT).await;
+    let mut peer = peer(net, TIMEOUT).await;
     let path = testing::unique_path("selector-participants");
 
     let rs1 = LeaderSelector::builder(&s, &path)
@@ -1271,13 +1397,20 @@ async fn observed(observer: &LeaderObserver, id: &str) -> zookeeper_recipes::Lea
 
 #[tokio::test]
 async fn observer_follows_curator_selectors_and_latches() {
-    if !common::curator::require_java() {
+    observer_follows_curator_selectors_and_latches_on(Transport::Plaintext).await;
+}
+
+#[tokio::test]
+async fn observer_follows_curator_selectors_and_latches_over_mtls() {
+    observer_follows_curator_selectors_and_latches_on(Transport::MutualTls).await;
+}
+
+async fn observer_follows_curator_selectors_and_latches_on(transport: Transport) {
+    let Some(net) = net(transport).await else {
         return;
-    }
-    let server = shared_server().await;
-    let connect = server.connect_string();
-    let mut peer = CuratorPeer::spawn(connect, TIMEOUT).await;
-    let rust = session(connect, TIMEOUT).await;
+    };
+    let mut peer = peer(net, TIMEOUT).await;
+    let rust = net.session(TIMEOUT).await;
 
     // Curator selectors: `lock-` nodes (Curator queues them through its InterProcessMutex).
     let selectors = testing::unique_path("observe-curator-selector");
