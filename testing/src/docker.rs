@@ -577,6 +577,7 @@ pub(crate) struct ClusterSpec<'a> {
     pub(crate) init_limit: u32,
     pub(crate) sync_limit: u32,
     pub(crate) read_only_mode: bool,
+    pub(crate) snapshot_sync_only: bool,
 }
 
 /// An ensemble of containers on a private network.
@@ -630,6 +631,9 @@ impl DockerCluster {
         let mut jvm = JVMFLAGS.to_owned();
         if spec.read_only_mode {
             jvm.push_str(" -Dreadonlymode.enabled=true");
+        }
+        if spec.snapshot_sync_only {
+            jvm.push_str(" -Dzookeeper.forceSnapshotSync=true");
         }
         shared_env.push(("JVMFLAGS", jvm));
         // Created one after another (the first creates the network), started at once.
