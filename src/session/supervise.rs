@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::{debug, error, info, warn};
-use zookeeper_client::{Acls, Client, Connector, CreateMode, SessionInfo, SessionState};
+use zookeeper_client::{Client, Connector, CreateMode, SessionInfo, SessionState};
 
 use super::builder::{Config, Digest};
 use super::lease::{
@@ -132,6 +132,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 if matches!(
                     err,
                     Error::Refused { .. }
+                        | Error::NoChroot { .. }
                         | Error::AuthFailed
                         | Error::Unreachable { .. }
                         | Error::TlsHandshake { .. }
@@ -897,7 +898,15 @@ async fn connect_client(config: &Config) -> Result<Client> {
     // would be refused although nothing needs creating (and a read-only server refuses every
     // create).
     if client.check_stat(chroot).await?.is_none() {
-        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        if config.chroot_must_exist {
+            return Err(Error::NoChroot {
+                chroot: chroot.clone(),
+            });
+        }
+        // The chroot and each missing ancestor get the chroot's ACL (by default the creator's
+        // and read for anyone when the session has an identity): never more open than the
+        // recipes' nodes inside it.
+        let persistent = CreateMode::Persistent.with_acls(config.chroot_acl.as_acls());
         match client.mkdir(chroot, &persistent).await {
             Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
             // Without its chroot a session could make no node at all: no session then, and a

@@ -13,7 +13,6 @@ use zookeeper_client::{CreateMode, OneshotWatcher};
 use super::{
     ASSIGNMENT, Assignment, Change, JOBS, PoolEvent, Shared, classify, job_path, log_state,
 };
-use crate::acl::NodeAcl;
 use crate::error::{Backoff, Error};
 use crate::fencing::Leadership;
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
@@ -124,6 +123,7 @@ impl Stands {
                 .id(shared.id.clone())
                 .close_mode(CloseMode::NotifyLeader)
                 .error_policy(shared.policy)
+                .acl(shared.acl.clone())
                 .start()
                 .await;
             match started {
@@ -176,8 +176,7 @@ async fn prepare_paths(shared: &Shared, jobs: &[&str]) {
         return;
     };
     let parent = path::join(&shared.root, JOBS);
-    let acl = NodeAcl::default();
-    let container = CreateMode::Container.with_acls(acl.as_acls());
+    let container = CreateMode::Container.with_acls(shared.acl.as_acls());
     let existing: BTreeSet<String> = match live.client.list_children(&parent).await {
         Ok(children) => children.into_iter().collect(),
         Err(zookeeper_client::Error::NoNode) => {
