@@ -669,7 +669,6 @@ fn abort_overrun(
     crate::metrics::selector_overrun(&shared.path);
     let reason = term.end_reason();
     error!(path = %shared.path, node = %term.path(), token = %term.token(),
-        session_id = %format_args!("{:#x}", term.session_id()),
         reason = %reason.map_or("unknown", TermEnd::as_str),
         overran_ms = u64::try_from(overran.as_millis()).unwrap_or(u64::MAX),
         grace_ms = u64::try_from(shared.grace.as_millis()).unwrap_or(u64::MAX),

@@ -241,7 +241,6 @@ impl InterProcessMutex {
             && !self.session.status().closed;
         if unseen {
             warn!(path = %self.path, id = %self.id,
-                session_id = %self.session.session_id().map(crate::session::hex).unwrap_or_default(),
                 "the hold ended before acquire could return it; deleting its node and queueing again");
         }
         unseen

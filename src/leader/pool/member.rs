@@ -30,7 +30,8 @@ fn forward(shared: &Shared, job: &str, event: LatchEvent, last: &mut Option<Lead
             if last.as_ref() == Some(&term) {
                 return; // seen already, through the latch's state
             }
-            info!(job, token = %term.token(), node = %term.path(), session_id = %hex(term.session_id()), "leading job");
+            info!(job, token = %term.token(), node = %term.path(), "leading job");
+            debug!(job, token = %term.token(), session_id = %hex(term.session_id()), "leading the job on this session");
             tx.send_replace(Some(term.clone()));
             *last = Some(term.clone());
             let _ = shared.events_tx.send(PoolEvent::Leader {
@@ -289,7 +290,7 @@ pub(super) async fn follow(shared: Arc<Shared>) {
                 });
                 if changed {
                     info!(mine = ?assignment.jobs_of(&shared.id), members = assignment.members.len(),
-                        session_id = %hex(live.session_id), "read a new assignment");
+                        "read a new assignment");
                     let _ = shared
                         .events_tx
                         .send(PoolEvent::Assignment(assignment.clone()));
