@@ -29,21 +29,33 @@ impl std::fmt::Debug for Digest {
     }
 }
 
-/// `--acl`: the ACL of the nodes zkr creates ([`NodeAcl`]'s presets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+/// `--acl`: the ACL of the nodes zkr creates ([`NodeAcl`]'s presets). Without `--acl`:
+/// [`AclArg::default_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum AclArg {
-    /// Anyone may do anything (`world:anyone`, all: ZooKeeper's and Curator's default)
-    #[default]
+    /// Anyone may do anything (`world:anyone`, all: ZooKeeper's and Curator's default; zkr's
+    /// without an identity)
     Open,
     /// All permissions for the authenticated identity only (`auth`, all: CREATOR_ALL_ACL);
     /// needs --auth-file or $ZK_AUTH
     Creator,
     /// As creator, plus read for anyone (status and participants without credentials); needs
-    /// --auth-file or $ZK_AUTH
+    /// --auth-file or $ZK_AUTH. zkr's default with an identity
     CreatorRead,
 }
 
 impl AclArg {
+    /// The ACL without `--acl`: the library's default ([`NodeAcl::default_for`]), creator-read
+    /// with an identity (digest credentials, a SASL login or a client certificate), open
+    /// without.
+    pub(crate) fn default_for(has_identity: bool) -> AclArg {
+        if has_identity {
+            AclArg::CreatorRead
+        } else {
+            AclArg::Open
+        }
+    }
+
     /// The library's ACL.
     pub(crate) fn node_acl(self) -> NodeAcl {
         match self {
@@ -293,6 +305,19 @@ mod tests {
                 !why.contains("sekrit") && !why.contains("pw") && !why.contains("a:b"),
                 "{why:?} echoes {bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn without_acl_an_identity_gives_creator_read_and_none_open_as_the_library() {
+        assert_eq!(AclArg::default_for(true), AclArg::CreatorRead);
+        assert_eq!(AclArg::default_for(false), AclArg::Open);
+        for identity in [true, false] {
+            assert_eq!(
+                AclArg::default_for(identity).node_acl(),
+                NodeAcl::default_for(identity)
+            );
+            assert!(check_acl(AclArg::default_for(identity), identity).is_ok());
         }
     }
 }
