@@ -711,6 +711,35 @@ mod tests {
     }
 
     #[test]
+    fn the_chroot_acl_follows_the_identity_unless_given_and_a_creator_one_needs_an_identity() {
+        let open = Session::builder("a:1/app").validate().unwrap();
+        assert_eq!(open.chroot_acl, crate::NodeAcl::anyone_all());
+        assert!(!open.chroot_must_exist);
+        let closed = Session::builder("a:1/app")
+            .digest_auth("app", "s3cret")
+            .validate()
+            .unwrap();
+        assert_eq!(closed.chroot_acl, crate::NodeAcl::creator_all_anyone_read());
+        let told = Session::builder("a:1/app")
+            .digest_auth("app", "s3cret")
+            .chroot_acl(crate::NodeAcl::anyone_all())
+            .chroot_must_exist()
+            .validate()
+            .unwrap();
+        assert_eq!(told.chroot_acl, crate::NodeAcl::anyone_all());
+        assert!(told.chroot_must_exist);
+        assert!(matches!(
+            Session::builder("a:1/app")
+                .chroot_acl(crate::NodeAcl::creator_all())
+                .validate(),
+            Err(Error::InvalidArgument {
+                what: "chroot ACL",
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn start_outside_a_runtime_is_a_typed_error() {
         assert!(matches!(
             Session::builder("127.0.0.1:1").start(),
