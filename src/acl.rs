@@ -1,4 +1,5 @@
-//! The ACL of the nodes a recipe creates ([`NodeAcl`] has the rules).
+//! The ACL of the nodes a recipe creates ([`NodeAcl`] has the rules), and the default each
+//! recipe, job, pool and chroot falls back to ([`NodeAcl::default_for`]).
 
 use std::sync::Arc;
 
@@ -33,11 +34,31 @@ use crate::error::{Error, Result};
 /// # Ok(()) }
 /// ```
 ///
+/// # The default: least privilege once the session has an identity
+/// A recipe, job or pool given no ACL, and a chroot the session creates
+/// ([`SessionBuilder::chroot_acl`](crate::SessionBuilder::chroot_acl)), get
+/// [`Session::default_acl`](crate::Session::default_acl), decided when the recipe starts (the
+/// job and the mutex: when they are built):
+///
+/// - the session has an identity (digest credentials, a SASL login, or a TLS client
+///   certificate): [`creator_all_anyone_read`](Self::creator_all_anyone_read), so that only
+///   that identity may join, write or delete, and monitoring may still read;
+/// - it has none: [`anyone_all`](Self::anyone_all), as ZooKeeper and Curator (nothing else could
+///   work: a creator ACL needs an identity).
+///
+/// A client certificate counts as an identity although it is one only where the servers run
+/// ZooKeeper's x509 auth provider (`authProvider.x509`): on servers without it the creator ACL
+/// names nobody, and the server refuses the create (`InvalidAcl`, [`Error::Refused`]). Set
+/// `.acl(NodeAcl::anyone_all())` there, or on any recipe that replicas with *different*
+/// identities must share. An explicit `.acl(..)` always wins.
+///
 /// # Curator
 /// Curator sets ACLs on the framework (`CuratorFrameworkFactory.builder().aclProvider(..)`) and
 /// applies the provider's ACL to parents it creates as well. Here the ACL is a recipe option; the
-/// presets are `ZooDefs.Ids.OPEN_ACL_UNSAFE` ([`NodeAcl::anyone_all`], the default, as in Curator)
-/// and `CREATOR_ALL_ACL` ([`NodeAcl::creator_all`]).
+/// presets are `ZooDefs.Ids.OPEN_ACL_UNSAFE` ([`NodeAcl::anyone_all`], Curator's default and ours
+/// without an identity) and `CREATOR_ALL_ACL` ([`NodeAcl::creator_all`]). Curator stays open
+/// with credentials unless told otherwise; here a session with an identity closes what it
+/// creates by default.
 ///
 /// The ACL a recipe gives the nodes it creates. Cheap to clone.
 ///
@@ -54,7 +75,8 @@ pub struct NodeAcl {
 
 impl NodeAcl {
     /// Anyone may do anything (`world:anyone`, all permissions): ZooKeeper's and Curator's
-    /// default. The default here too.
+    /// default, and the default here for a session without an identity
+    /// ([`default_for`](Self::default_for)).
     pub fn anyone_all() -> Self {
         Self::from_acls(Acls::anyone_all())
     }
@@ -74,11 +96,27 @@ impl NodeAcl {
     }
 
     /// [`creator_all`](Self::creator_all), plus read for anyone: others may list the election and
-    /// read ids, but not join, delete or write.
+    /// read ids, but not join, delete or write. The default for a session with an identity
+    /// ([`default_for`](Self::default_for)).
     pub fn creator_all_anyone_read() -> Self {
         let mut acls: Vec<Acl> = Acls::creator_all().to_vec();
         acls.extend(Acls::anyone_read().iter().cloned());
         NodeAcl { acls: acls.into() }
+    }
+
+    /// The ACL a recipe, job, pool or chroot gets when none is set: [`creator_all_anyone_read`]
+    /// when the session has an identity (`has_identity`), [`anyone_all`] otherwise. See "The
+    /// default" above; [`Session::default_acl`](crate::Session::default_acl) applies it to a
+    /// session.
+    ///
+    /// [`creator_all_anyone_read`]: Self::creator_all_anyone_read
+    /// [`anyone_all`]: Self::anyone_all
+    pub fn default_for(has_identity: bool) -> Self {
+        if has_identity {
+            Self::creator_all_anyone_read()
+        } else {
+            Self::anyone_all()
+        }
     }
 
     /// An ACL of your own, e.g. `digest:<user>:<base64 sha1>` entries for several identities.
@@ -134,12 +172,6 @@ impl NodeAcl {
     }
 }
 
-impl Default for NodeAcl {
-    fn default() -> Self {
-        Self::anyone_all()
-    }
-}
-
 impl From<Acls<'_>> for NodeAcl {
     fn from(acls: Acls<'_>) -> Self {
         Self::from_acls(acls)
@@ -153,7 +185,6 @@ mod tests {
 
     #[test]
     fn presets_are_zookeepers_well_known_acls() {
-        assert_eq!(NodeAcl::default(), NodeAcl::anyone_all());
         let open = NodeAcl::anyone_all();
         assert_eq!(open.entries().len(), 1);
         assert_eq!(open.entries()[0].scheme(), "world");
@@ -169,6 +200,19 @@ mod tests {
                 .any(|a| a.scheme() == "world" && a.permission() == Permission::READ)
         );
         assert_eq!(NodeAcl::from(Acls::creator_all()), creator);
+    }
+
+    #[test]
+    fn the_default_is_the_creator_and_read_for_anyone_only_with_an_identity() {
+        assert_eq!(NodeAcl::default_for(false), NodeAcl::anyone_all());
+        let closed = NodeAcl::default_for(true);
+        assert_eq!(closed, NodeAcl::creator_all_anyone_read());
+        assert!(closed.needs_credentials());
+        assert!(closed.check_usable(true).is_ok());
+        // Nobody but the creator may write, create or delete: others only read.
+        for entry in closed.entries().iter().filter(|a| a.scheme() == "world") {
+            assert_eq!(entry.permission(), Permission::READ);
+        }
     }
 
     #[test]

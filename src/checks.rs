@@ -12,19 +12,31 @@ use crate::error::{Error, Result};
 use crate::path;
 use crate::session::Session;
 
-/// The path, the id (or a fresh default one) and the ACL of a recipe that creates nodes; returns
-/// the id to use.
+/// The path, the id (or a fresh default one) and the ACL (or the session's default one,
+/// [`Session::default_acl`]) of a recipe that creates nodes; returns the id and the ACL to use.
 pub(crate) fn identity(
     session: &Session,
     recipe_path: &str,
     id: Option<String>,
-    acl: &NodeAcl,
-) -> Result<String> {
+    acl: Option<NodeAcl>,
+) -> Result<(String, NodeAcl)> {
     path::validate_path(recipe_path)?;
     let id = id.unwrap_or_else(default_participant_id);
     path::validate_id(&id)?;
-    acl.check_usable(session.has_credentials())?;
-    Ok(id)
+    let acl = node_acl(session, acl)?;
+    Ok((id, acl))
+}
+
+/// The ACL given, checked against the session's credentials, or the session's default one
+/// (creator and read for anyone with an identity, open without).
+pub(crate) fn node_acl(session: &Session, acl: Option<NodeAcl>) -> Result<NodeAcl> {
+    match acl {
+        Some(acl) => {
+            acl.check_usable(session.has_credentials())?;
+            Ok(acl)
+        }
+        None => Ok(session.default_acl()),
+    }
 }
 
 /// The grace of a term (default: the session's [`Session::default_grace`]) and how long before

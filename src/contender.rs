@@ -409,8 +409,7 @@ async fn run(shared: Arc<Shared>) {
     }
     shared.want_lease(false);
     if let Exit::Failed(err) = &exit {
-        error!(error = %err, session_id = %shared.session.session_id().map(hex).unwrap_or_default(),
-            "this contender stops for good (fix the cause and start a new one)");
+        error!(error = %err, "this contender stops for good (fix the cause and start a new one)");
         let _ = shared.failure.set(err.clone());
         shared.emit(ContenderEvent::Failed(Box::new(err.clone())));
     }
@@ -459,7 +458,8 @@ async fn step(
     if let Some(old) = node.as_ref().filter(|n| n.session_id != live.session_id) {
         // Our node belonged to an earlier session: gone, or about to go when the server expires
         // that session. Deleting it now hands its place on without waiting for the expiry.
-        info!(node = %old.path, session_id = %hex(live.session_id), "new session: replacing our node of the earlier session");
+        info!(node = %old.path, "new session: replacing our node of the earlier session");
+        debug!(node = %old.path, session_id = %hex(live.session_id), "replacing the node on this session");
         match live.client.delete(&old.path, None).await {
             Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
             // Keep it, and try again on the next pass: while the old session lives (a client
@@ -489,8 +489,8 @@ async fn step(
                 .await
             {
                 Ok(created) => {
-                    info!(node = %created.path, session_id = %hex(created.session_id),
-                        czxid = created.czxid, sequence = created.sequence, "joined");
+                    info!(node = %created.path, czxid = created.czxid, sequence = created.sequence, "joined");
+                    debug!(node = %created.path, session_id = %hex(created.session_id), "joined on this session");
                     *listing = created.children;
                     let own = OwnNode {
                         path: created.path,
@@ -621,8 +621,7 @@ async fn lead_if_owned(
     if own.epoch != live.epoch {
         // Unreachable by construction (`step` replaces a node of an earlier session first);
         // never claim from such a node.
-        warn!(node = %own.path, session_id = %hex(live.session_id),
-            "first in line with a node of an earlier session; not claiming (CURATOR-696)");
+        warn!(node = %own.path, "first in line with a node of an earlier session; not claiming (CURATOR-696)");
         return Step::Again;
     }
     if shared.stop.is_cancelled() {
@@ -677,7 +676,8 @@ async fn lead_if_owned(
     );
     shared.phase_tx.send_replace(Phase::Leading);
     shared.leadership_tx.send_replace(Some(term.clone()));
-    info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "elected leader");
+    info!(node = %own.path, token = %term.token(), "elected leader");
+    debug!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), "leading on this session");
     crate::metrics::term_started(
         &spec.path,
         &spec.id,
@@ -690,8 +690,7 @@ async fn lead_if_owned(
 
     term.end(end);
     shared.leadership_tx.send_replace(None);
-    info!(node = %own.path, session_id = %hex(live.session_id), token = %term.token(), reason = %end,
-        "leadership ended");
+    info!(node = %own.path, token = %term.token(), reason = %end, "leadership ended");
     crate::metrics::term_ended(
         &spec.path,
         &spec.id,

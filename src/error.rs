@@ -89,6 +89,19 @@ pub enum Error {
     #[error("ZooKeeper authentication failed")]
     AuthFailed,
 
+    /// The chroot does not exist, and the session was told not to create it
+    /// ([`SessionBuilder::chroot_must_exist`](crate::SessionBuilder::chroot_must_exist)): an
+    /// operator must provision it (with the ACL they mean) first. What
+    /// [`SessionBuilder::connect`](crate::SessionBuilder::connect) reports when that is why no
+    /// session came within the connection timeout.
+    #[error(
+        "the chroot {chroot:?} does not exist, and the session must not create it (chroot_must_exist): provision it first"
+    )]
+    NoChroot {
+        /// The chroot, as configured.
+        chroot: String,
+    },
+
     /// The TLS settings cannot be used, found when the session is built, before anything
     /// connects: a missing or unreadable file, text that is not PEM or holds no certificate or
     /// key, a private key that does not match its certificate, a key file that group or others

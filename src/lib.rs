@@ -91,7 +91,7 @@
 //! | `new InterProcessMutex(client, path)` | [`InterProcessMutex::builder`] → [`InterProcessMutexBuilder::build`] (every recipe has one builder shape) |
 //! | `InterProcessMutex.acquire()`, `acquire(t, unit)`, `release()` | [`InterProcessMutex::acquire`], [`InterProcessMutex::acquire_timeout`], [`MutexGuard::release`] |
 //! | (none: CURATOR-537) | [`FencingToken`], [`Fence`], [`Leadership::fenced`] |
-//! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`] |
+//! | `aclProvider(..)`, `ZooDefs.Ids.CREATOR_ALL_ACL` | [`LeaderLatchBuilder::acl`] with [`NodeAcl::creator_all`], [`SessionBuilder::digest_auth`]; with an identity the default is already the creator's plus read ([`Session::default_acl`]), and [`SessionBuilder::chroot_acl`] sets the namespace's |
 //! | `curator-test`: `TestingServer`, `TestingCluster`, `KillSession` | the crate `zookeeper-recipes-testing` (a dev-dependency) |
 //!
 //! # Crate features

@@ -344,7 +344,9 @@ impl Leadership {
 
     /// Runs `ops` as one ZooKeeper multi that first checks that the leader's node still exists,
     /// so a deposed leader's write fails instead of landing. Nodes it creates get the recipe's
-    /// node ACL ([`NodeAcl`], default: anyone may do anything).
+    /// node ACL ([`NodeAcl`]; by default the session's
+    /// [`default_acl`](crate::Session::default_acl): the creator and read for anyone with an
+    /// identity, anyone may do anything without).
     ///
     /// A request bigger than the server accepts (its `jute.maxbuffer`,
     /// [`SessionBuilder::jute_max_buffer`](crate::SessionBuilder::jute_max_buffer)) is refused

@@ -84,16 +84,17 @@ impl JobAdmin {
         Ok(JobAdmin {
             session: session.clone(),
             path,
-            acl: NodeAcl::default(),
+            acl: session.default_acl(),
         })
     }
 
     /// The ACL of the nodes this handle creates when no replica has yet (the job's path, its
     /// missing ancestors, and its `control`): give it the job's own
     /// ([`ScheduledJobBuilder::acl`](super::ScheduledJobBuilder::acl)), so that a pause or trigger
-    /// sent before the first leader does not leave `control` open to anyone. Default
-    /// [`NodeAcl::default`] (open, as ZooKeeper's and Curator's).
-    /// [`ScheduledJob::admin`](super::ScheduledJob::admin) uses the job's.
+    /// sent before the first leader does not leave `control` open to anyone. Default: the
+    /// session's [`default_acl`](Session::default_acl) (the creator and read for anyone when
+    /// the session has an identity, else open, as ZooKeeper's and Curator's), the same default
+    /// as the job's. [`ScheduledJob::admin`](super::ScheduledJob::admin) uses the job's.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a creator ACL on a session without credentials.

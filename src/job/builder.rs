@@ -35,7 +35,7 @@ pub struct ScheduledJobBuilder {
     grace: Option<Duration>,
     stop_ahead: Option<Duration>,
     error_policy: ErrorPolicy,
-    acl: NodeAcl,
+    acl: Option<NodeAcl>,
     clock: Arc<dyn WallClock>,
     clock_tolerance: Duration,
 }
@@ -62,7 +62,7 @@ impl ScheduledJobBuilder {
             grace: None,
             stop_ahead: None,
             error_policy: ErrorPolicy::default(),
-            acl: NodeAcl::default(),
+            acl: None,
             clock: Arc::new(SystemClock),
             clock_tolerance: DEFAULT_CLOCK_TOLERANCE,
         }
@@ -190,9 +190,15 @@ impl ScheduledJobBuilder {
         self
     }
 
-    /// The ACL of the nodes the job creates (default [`NodeAcl::anyone_all`]).
+    /// The ACL of every node the job creates: its path and missing ancestors, the election
+    /// under `leader`, `state`, `control`, `slots` and each slot's record, and the nodes of its
+    /// [`admin`](super::ScheduledJob::admin). Default: the session's
+    /// [`default_acl`](Session::default_acl), decided at [`build`](Self::build): the creator's
+    /// identity and read for anyone when the session has an identity, so that an operator with
+    /// other credentials, or none, may read the job's status and history but not steer it;
+    /// else [`NodeAcl::anyone_all`].
     pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
-        self.acl = acl.into();
+        self.acl = Some(acl.into());
         self
     }
 
@@ -233,7 +239,7 @@ impl ScheduledJobBuilder {
     /// a history limit of 0 or above [`MAX_HISTORY`], or a zero clock tolerance;
     /// [`Error::GraceTooLong`] for a grace that does not fit in the session's lease.
     pub fn build(self) -> Result<PreparedJob> {
-        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        let (id, acl) = checks::identity(&self.session, &self.path, self.id, self.acl)?;
         let schedule = match self.schedule {
             Some(s) => s?,
             None => {
@@ -276,7 +282,7 @@ impl ScheduledJobBuilder {
                 clock_tolerance: self.clock_tolerance,
                 skew: Mutex::new(SkewHold::default()),
                 events: broadcast::channel(1024).0,
-                acl: self.acl,
+                acl,
                 grace,
                 stop_ahead,
                 activity: watch::channel(Activity::default()).0,

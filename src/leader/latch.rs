@@ -62,7 +62,7 @@ pub struct LeaderLatchBuilder {
     id: Option<String>,
     close_mode: CloseMode,
     policy: ErrorPolicy,
-    acl: NodeAcl,
+    acl: Option<NodeAcl>,
 }
 
 impl LeaderLatchBuilder {
@@ -86,11 +86,13 @@ impl LeaderLatchBuilder {
     }
 
     /// The ACL of the nodes this latch creates: its own node, the election path and its missing
-    /// ancestors (as containers), and the nodes its terms' fenced writes create. Default:
-    /// [`NodeAcl::anyone_all`], as Curator. An existing election path keeps its own ACL, and that ACL
-    /// decides who may delete the nodes under it: see the spec's "Node ACL" section.
+    /// ancestors (as containers), and the nodes its terms' fenced writes create. Default: the
+    /// session's [`default_acl`](Session::default_acl), decided at [`start`](Self::start): the
+    /// creator's identity and read for anyone when the session has an identity, else
+    /// [`NodeAcl::anyone_all`], as Curator. An existing election path keeps its own ACL, and that
+    /// ACL decides who may delete the nodes under it: see the spec's "Node ACL" section.
     pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
-        self.acl = acl.into();
+        self.acl = Some(acl.into());
         self
     }
 
@@ -108,14 +110,14 @@ impl LeaderLatchBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned latch exists.
     pub async fn start(self) -> Result<LeaderLatch> {
-        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        let (id, acl) = checks::identity(&self.session, &self.path, self.id, self.acl)?;
         checks::startable(&self.session)?;
         let spec = ContenderSpec {
             path: self.path.clone(),
             lock_name: LATCH_LOCK_NAME,
             data: id.as_bytes().to_vec(),
             id: id.clone(),
-            acl: self.acl,
+            acl,
             policy: self.policy,
             mode: TermMode::Repeat,
             recipe: "latch",
@@ -184,7 +186,7 @@ impl LeaderLatch {
             id: None,
             close_mode: CloseMode::default(),
             policy: ErrorPolicy::default(),
-            acl: NodeAcl::default(),
+            acl: None,
         }
     }
 

@@ -331,8 +331,7 @@ async fn run(shared: std::sync::Arc<Shared>) {
                         path: shared.path.clone(),
                         source: e,
                     };
-                    error!(error = %err, session_id = %hex(live.session_id),
-                        "the server refuses to let this observer read the path; it stops");
+                    error!(error = %err, "the server refuses to let this observer read the path; it stops");
                     let _ = shared.failure.set(err);
                     break 'session;
                 }
@@ -383,12 +382,12 @@ fn publish(shared: &Shared, memory: &mut Memory, leader: Option<LeaderInfo>, ses
         crate::metrics::leader_changed(&shared.path);
     }
     memory.reported_once = true;
-    let session_id = hex(session_id);
+    debug!(session_id = %hex(session_id), "observing on this session");
     match &leader {
         Some(l) => {
-            info!(leader = %l.id, node = %l.node, token = %l.token, %session_id, "observed a new leader")
+            info!(leader = %l.id, node = %l.node, token = %l.token, "observed a new leader")
         }
-        None => info!(%session_id, "observed that nobody leads"),
+        None => info!("observed that nobody leads"),
     }
     shared.leader_tx.send_if_modified(|current| {
         let changed = *current != leader;

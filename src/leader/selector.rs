@@ -74,7 +74,7 @@ pub struct LeaderSelectorBuilder {
     stop_ahead: Option<Duration>,
     bounded_by_lease: bool,
     policy: ErrorPolicy,
-    acl: NodeAcl,
+    acl: Option<NodeAcl>,
 }
 
 impl LeaderSelectorBuilder {
@@ -141,11 +141,13 @@ impl LeaderSelectorBuilder {
     }
 
     /// The ACL of the nodes this selector creates: its own node, the election path and its missing
-    /// ancestors (as containers), and the nodes its terms' fenced writes create. Default:
-    /// [`NodeAcl::anyone_all`], as Curator. An existing election path keeps its own ACL, and that ACL
-    /// decides who may delete the nodes under it: see the spec's "Node ACL" section.
+    /// ancestors (as containers), and the nodes its terms' fenced writes create. Default: the
+    /// session's [`default_acl`](Session::default_acl), decided at [`start`](Self::start): the
+    /// creator's identity and read for anyone when the session has an identity, else
+    /// [`NodeAcl::anyone_all`], as Curator. An existing election path keeps its own ACL, and that
+    /// ACL decides who may delete the nodes under it: see the spec's "Node ACL" section.
     pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
-        self.acl = acl.into();
+        self.acl = Some(acl.into());
         self
     }
 
@@ -161,7 +163,7 @@ impl LeaderSelectorBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned selector exists.
     pub async fn start<L: LeaderSelectorListener>(self, listener: L) -> Result<LeaderSelector> {
-        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        let (id, acl) = checks::identity(&self.session, &self.path, self.id, self.acl)?;
         let (grace, stop_ahead) = checks::grace(&self.session, self.grace, self.stop_ahead)?;
         let runtime = checks::startable(&self.session)?;
         let (leadership_tx, _) = watch::channel(None);
@@ -175,7 +177,7 @@ impl LeaderSelectorBuilder {
             stop_ahead,
             bounded_by_lease: self.bounded_by_lease,
             policy: self.policy,
-            acl: self.acl,
+            acl,
             stop: CancellationToken::new(),
             requeue: Notify::new(),
             requeued: std::sync::atomic::AtomicBool::new(false),
@@ -324,7 +326,7 @@ impl LeaderSelector {
             stop_ahead: None,
             bounded_by_lease: true,
             policy: ErrorPolicy::default(),
-            acl: NodeAcl::default(),
+            acl: None,
         }
     }
 
@@ -667,7 +669,6 @@ fn abort_overrun(
     crate::metrics::selector_overrun(&shared.path);
     let reason = term.end_reason();
     error!(path = %shared.path, node = %term.path(), token = %term.token(),
-        session_id = %format_args!("{:#x}", term.session_id()),
         reason = %reason.map_or("unknown", TermEnd::as_str),
         overran_ms = u64::try_from(overran.as_millis()).unwrap_or(u64::MAX),
         grace_ms = u64::try_from(shared.grace.as_millis()).unwrap_or(u64::MAX),

@@ -22,7 +22,7 @@ pub struct InterProcessMutexBuilder {
     path: String,
     id: Option<String>,
     policy: ErrorPolicy,
-    acl: NodeAcl,
+    acl: Option<NodeAcl>,
     stop_ahead: Duration,
 }
 
@@ -42,11 +42,13 @@ impl InterProcessMutexBuilder {
     }
 
     /// The ACL of the nodes this mutex creates: its own node, the lock path and its missing
-    /// ancestors (as containers), and the nodes its holds' fenced writes create. Default:
+    /// ancestors (as containers), and the nodes its holds' fenced writes create. Default: the
+    /// session's [`default_acl`](Session::default_acl), decided at [`build`](Self::build): the
+    /// creator's identity and read for anyone when the session has an identity, else
     /// [`NodeAcl::anyone_all`], as Curator. An existing lock path keeps its own ACL, and that ACL
     /// decides who may delete the nodes under it: see the spec's "Node ACL" section.
     pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
-        self.acl = acl.into();
+        self.acl = Some(acl.into());
         self
     }
 
@@ -68,14 +70,14 @@ impl InterProcessMutexBuilder {
     /// a session without credentials; [`Error::GraceTooLong`] for a `stop_ahead` that does not fit
     /// in the session's lease.
     pub fn build(self) -> Result<InterProcessMutex> {
-        let id = checks::identity(&self.session, &self.path, self.id, &self.acl)?;
+        let (id, acl) = checks::identity(&self.session, &self.path, self.id, self.acl)?;
         checks::fits_in_lease(&self.session, self.stop_ahead)?;
         Ok(InterProcessMutex {
             session: self.session,
             path: self.path,
             id,
             policy: self.policy,
-            acl: self.acl,
+            acl,
             stop_ahead: self.stop_ahead,
         })
     }
@@ -126,7 +128,7 @@ impl InterProcessMutex {
             path: path.into(),
             id: None,
             policy: ErrorPolicy::default(),
-            acl: NodeAcl::default(),
+            acl: None,
             stop_ahead: Duration::ZERO,
         }
     }
@@ -239,7 +241,6 @@ impl InterProcessMutex {
             && !self.session.status().closed;
         if unseen {
             warn!(path = %self.path, id = %self.id,
-                session_id = %self.session.session_id().map(crate::session::hex).unwrap_or_default(),
                 "the hold ended before acquire could return it; deleting its node and queueing again");
         }
         unseen

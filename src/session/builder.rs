@@ -42,6 +42,8 @@ pub(crate) const DEFAULT_JUTE_MAX_BUFFER: usize = 0xfffff;
 pub struct SessionBuilder {
     connect: String,
     chroot: Option<String>,
+    chroot_acl: Option<crate::NodeAcl>,
+    chroot_must_exist: bool,
     session_timeout: Duration,
     connection_timeout: Duration,
     digest: Option<Digest>,
@@ -62,6 +64,8 @@ impl SessionBuilder {
         SessionBuilder {
             connect,
             chroot: None,
+            chroot_acl: None,
+            chroot_must_exist: false,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             digest: None,
@@ -90,12 +94,42 @@ impl SessionBuilder {
         self
     }
 
-    /// A chroot (Curator's namespace) for every path; it is created (with its missing ancestors,
-    /// open to anyone) if missing. One that cannot be created (no permission, an ephemeral node
-    /// in its way) means no session: [`connect`](Self::connect) returns [`Error::Refused`]. The
-    /// connect string may carry one instead (`host:2181/app`), not both.
+    /// A chroot (Curator's namespace) for every path; it is created (with its missing ancestors)
+    /// if missing, with the [`chroot_acl`](Self::chroot_acl), unless the chroot
+    /// [must exist](Self::chroot_must_exist). One that cannot be created (no permission, an
+    /// ephemeral node in its way) means no session: [`connect`](Self::connect) returns
+    /// [`Error::Refused`]. The connect string may carry one instead (`host:2181/app`), not both.
     pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
         self.chroot = Some(chroot.into());
+        self
+    }
+
+    /// The ACL of the chroot, and of each of its missing ancestors, when the session creates
+    /// them (a chroot that exists keeps its ACL). Default: as every recipe's
+    /// ([`Session::default_acl`]): the creator's identity and read for anyone when the session
+    /// has an identity ([`digest_auth`](Self::digest_auth), `sasl_digest`, or a TLS client
+    /// certificate), else open to anyone ([`NodeAcl::anyone_all`](crate::NodeAcl::anyone_all)),
+    /// as Curator. Give `NodeAcl::anyone_all()` for a chroot that services with other
+    /// identities must share: they need CREATE on it.
+    ///
+    /// A creator ACL without an identity is [`Error::InvalidArgument`] when the session is
+    /// built (the server would refuse it).
+    ///
+    /// # Curator
+    /// Curator creates its namespace with the framework's `aclProvider`'s ACL for that path
+    /// (open by default).
+    pub fn chroot_acl(mut self, acl: impl Into<crate::NodeAcl>) -> Self {
+        self.chroot_acl = Some(acl.into());
+        self
+    }
+
+    /// The chroot must have been provisioned by an operator (with the ACL they chose): the
+    /// session never creates it, and [`connect`](Self::connect) fails with
+    /// [`Error::NoChroot`] naming it while it does not exist (it keeps looking, within the
+    /// connection timeout, so a chroot being provisioned meanwhile is found). Without a chroot
+    /// this does nothing.
+    pub fn chroot_must_exist(mut self) -> Self {
+        self.chroot_must_exist = true;
         self
     }
 
@@ -366,9 +400,11 @@ impl SessionBuilder {
                 reason: "must be greater than zero".into(),
             });
         }
-        Ok(Config {
+        let mut config = Config {
             hosts: parsed.hosts_joined(),
             chroot,
+            chroot_acl: crate::NodeAcl::anyone_all(),
+            chroot_must_exist: self.chroot_must_exist,
             session_timeout: self.session_timeout,
             connection_timeout: self.connection_timeout,
             digest: self.digest,
@@ -381,7 +417,21 @@ impl SessionBuilder {
             session_timeout_floor: self.session_timeout_floor,
             jute_max_buffer: self.jute_max_buffer,
             clock: self.clock,
-        })
+        };
+        let has_identity = config.has_identity();
+        config.chroot_acl = match self.chroot_acl {
+            Some(acl) if acl.needs_credentials() && !has_identity => {
+                return Err(Error::InvalidArgument {
+                    what: "chroot ACL",
+                    reason: "a creator ACL (scheme `auth`) needs a session with an identity \
+                             (digest_auth, sasl_digest, or a TLS client certificate)"
+                        .into(),
+                });
+            }
+            Some(acl) => acl,
+            None => crate::NodeAcl::default_for(has_identity),
+        };
+        Ok(config)
     }
 
     /// Validates the settings and starts the session in the background; returns at once.
@@ -390,7 +440,8 @@ impl SessionBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConnectString`], [`Error::InvalidPath`] (relative chroot),
-    /// [`Error::InvalidArgument`] (zero timeout, bad digest user), [`Error::InvalidTls`] (a TLS
+    /// [`Error::InvalidArgument`] (zero timeout, bad digest user, a creator
+    /// [`chroot_acl`](Self::chroot_acl) without an identity), [`Error::InvalidTls`] (a TLS
     /// file that is missing, not PEM, or a key that does not match or is open to others),
     /// [`Error::NoRuntime`] outside a tokio runtime.
     pub fn start(self) -> Result<Session> {
@@ -431,7 +482,8 @@ impl SessionBuilder {
     /// (its message says why: unknown CA, expired or wrong-host certificate, a client
     /// certificate required), [`Error::Refused`]
     /// (the chroot does not exist and cannot be created: no permission, or an ephemeral node in
-    /// its way) or [`Error::AuthFailed`] when the servers answered but refused what a session
+    /// its way), [`Error::NoChroot`] (the chroot does not exist and
+    /// [must](Self::chroot_must_exist)) or [`Error::AuthFailed`] when the servers answered but refused what a session
     /// needs, else [`Error::Timeout`]. Within the connection timeout it retries with a bounded
     /// backoff (at most a second between rounds of the hosts), logging each failed attempt at
     /// `warn` at once, so a server that is still starting is waited for.
@@ -473,6 +525,10 @@ impl std::fmt::Debug for Digest {
 pub(super) struct Config {
     pub(super) hosts: String,
     pub(super) chroot: Option<String>,
+    /// The ACL of the chroot and its missing ancestors when the session creates them.
+    pub(super) chroot_acl: crate::NodeAcl,
+    /// Never create the chroot: no session while it is missing.
+    pub(super) chroot_must_exist: bool,
     pub(super) session_timeout: Duration,
     pub(super) connection_timeout: Duration,
     pub(super) digest: Option<Digest>,
@@ -652,6 +708,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_chroot_acl_follows_the_identity_unless_given_and_a_creator_one_needs_an_identity() {
+        let open = Session::builder("a:1/app").validate().unwrap();
+        assert_eq!(open.chroot_acl, crate::NodeAcl::anyone_all());
+        assert!(!open.chroot_must_exist);
+        let closed = Session::builder("a:1/app")
+            .digest_auth("app", "s3cret")
+            .validate()
+            .unwrap();
+        assert_eq!(closed.chroot_acl, crate::NodeAcl::creator_all_anyone_read());
+        let told = Session::builder("a:1/app")
+            .digest_auth("app", "s3cret")
+            .chroot_acl(crate::NodeAcl::anyone_all())
+            .chroot_must_exist()
+            .validate()
+            .unwrap();
+        assert_eq!(told.chroot_acl, crate::NodeAcl::anyone_all());
+        assert!(told.chroot_must_exist);
+        assert!(matches!(
+            Session::builder("a:1/app")
+                .chroot_acl(crate::NodeAcl::creator_all())
+                .validate(),
+            Err(Error::InvalidArgument {
+                what: "chroot ACL",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -536,6 +536,21 @@ impl Session {
         self.shared.config.connection_timeout
     }
 
+    /// The ACL that recipes, jobs and pools started on this session give their nodes when
+    /// they are given none ([`NodeAcl::default_for`](crate::NodeAcl::default_for)):
+    /// [`creator_all_anyone_read`](crate::NodeAcl::creator_all_anyone_read) when the session
+    /// has an identity (digest credentials, a SASL login, or a TLS client certificate, which is
+    /// an identity only where the servers run the x509 auth provider),
+    /// [`anyone_all`](crate::NodeAcl::anyone_all) otherwise. A chroot the session creates gets
+    /// it too, unless [`SessionBuilder::chroot_acl`] says otherwise.
+    ///
+    /// # Curator
+    /// Curator's default ACL provider is open whatever the credentials; set
+    /// `.acl(NodeAcl::anyone_all())` on a recipe to get that here.
+    pub fn default_acl(&self) -> crate::NodeAcl {
+        crate::NodeAcl::default_for(self.has_credentials())
+    }
+
     /// Whether the session authenticates (so that creator ACLs can be used): digest
     /// credentials, a SASL login, or a client certificate (an identity where the servers run
     /// the x509 auth provider).

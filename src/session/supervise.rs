@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::{debug, error, info, warn};
-use zookeeper_client::{Acls, Client, Connector, CreateMode, SessionInfo, SessionState};
+use zookeeper_client::{Client, Connector, CreateMode, SessionInfo, SessionState};
 
 use super::builder::{Config, Digest};
 use super::lease::{
@@ -132,6 +132,7 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 if matches!(
                     err,
                     Error::Refused { .. }
+                        | Error::NoChroot { .. }
                         | Error::AuthFailed
                         | Error::Unreachable { .. }
                         | Error::TlsHandshake { .. }
@@ -166,12 +167,19 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                 let before = r.lease.timeout();
                 let conn = r.lease.connected(negotiated);
                 if negotiated < before {
-                    warn!(session_id = %hex(session_id), from_ms = before.as_millis() as u64,
+                    warn!(
+                        epoch,
+                        from_ms = before.as_millis() as u64,
                         to_ms = negotiated.as_millis() as u64,
-                        "the resumed session negotiated a shorter timeout: the lease counts with it from now on");
+                        "the resumed session negotiated a shorter timeout: the lease counts with it from now on"
+                    );
                 }
-                info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = negotiated.as_millis() as u64,
-                    "resumed the session its client had given up on: its nodes are still there");
+                info!(
+                    epoch,
+                    negotiated_timeout_ms = negotiated.as_millis() as u64,
+                    "resumed the session its client had given up on: its nodes are still there"
+                );
+                debug!(session_id = %hex(session_id), epoch, "resumed session");
                 (r.lease, r.timeout, false, Some((started, answered, conn)))
             }
             None => {
@@ -187,9 +195,13 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
                     );
                 }
                 let floor = shared.config.session_timeout_floor;
-                info!(session_id = %hex(session_id), epoch, negotiated_timeout_ms = timeout.as_millis() as u64,
+                info!(
+                    epoch,
+                    negotiated_timeout_ms = timeout.as_millis() as u64,
                     floor_ms = floor.map(|f| f.as_millis() as u64),
-                    "ZooKeeper session established");
+                    "ZooKeeper session established"
+                );
+                debug!(session_id = %hex(session_id), epoch, "established session");
                 let lease = Arc::new(Lease::new(
                     clock.clone(),
                     started,
@@ -241,7 +253,10 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
             }
             EndOfSession::GaveUp | EndOfSession::Expired => {
                 if end == EndOfSession::GaveUp {
-                    warn!(session_id = %hex(session_id), "the client gave up on the session without the servers saying it expired; resuming it with a new client (it is lost only if the servers say so)");
+                    warn!(
+                        epoch,
+                        "the client gave up on the session without the servers saying it expired; resuming it with a new client (it is lost only if the servers say so)"
+                    );
                 } else {
                     // Ask again before believing it (see `doubt`): resume the session with a
                     // new client, as if the client had given up on it; the answer to that
@@ -387,9 +402,11 @@ async fn serve(
     let relay = relay_allowance(tick);
     let room = lease::headroom(timeout, tick, lease.margin());
     if room < heartbeat_interval(timeout) * 2 {
-        warn!(session_id = %hex(live.session_id), timeout_ms = timeout.as_millis() as u64,
+        warn!(
+            timeout_ms = timeout.as_millis() as u64,
             relay_ms = relay.as_millis() as u64,
-            "the session timeout leaves almost no lease once a heartbeat's way to the quorum leader is allowed for: every hiccup will end its terms; use a timeout of at least four server ticks");
+            "the session timeout leaves almost no lease once a heartbeat's way to the quorum leader is allowed for: every hiccup will end its terms; use a timeout of at least four server ticks"
+        );
     }
     let mut link = if client.state() == SessionState::ConnectedReadOnly {
         Link::ReadOnly
@@ -506,8 +523,8 @@ async fn serve(
                         // A client that started on a read-only server opens a brand-new session
                         // when it finds a writable one. That is not the session we track (its
                         // nodes, its lease): end ours, and start over with a client of our own.
-                        warn!(session_id = %hex(live.session_id), new_session_id = %hex(client.session_id().0),
-                            "the client left its read-only session for a new one; starting over with a new session");
+                        warn!("the client left its read-only session for a new one; starting over with a new session");
+                        debug!(session_id = %hex(live.session_id), new_session_id = %hex(client.session_id().0), "left for a new session");
                         return EndOfSession::Failed;
                     }
                     SessionState::SyncConnected => {
@@ -573,8 +590,7 @@ async fn serve(
             () = &mut next_beat => {
                 next_beat.as_mut().reset(tokio::time::Instant::now() + heartbeat_interval(lease.timeout()));
                 if lease.check_clocks() {
-                    warn!(session_id = %hex(live.session_id),
-                        "the wall clock ran ahead of boot time: a pause that boot time did not see (a hypervisor that restored the guest's clock); the lease is void until a later heartbeat proves it");
+                    warn!("the wall clock ran ahead of boot time: a pause that boot time did not see (a hypervisor that restored the guest's clock); the lease is void until a later heartbeat proves it");
                     proof.forget_until(clock.now());
                 }
                 wanted = demand.wanted(linger);
@@ -613,15 +629,21 @@ fn lapse_or_proof(
     match (*lapsed, valid) {
         (true, false) if !judged => {
             *lapsed = false;
-            info!(session_id = %hex(live.session_id), "nothing needs the lapsed lease any more");
+            info!("nothing needs the lapsed lease any more");
             (link == Link::Connected).then_some(ClientSignal::Connected)
         }
         (false, false) if judged => {
             *lapsed = true;
-            warn!(session_id = %hex(live.session_id),
-                unproven_ms = lease.clock().now().saturating_duration_since(lease.acked()).as_millis() as u64,
+            debug!(session_id = %hex(live.session_id), "the lease of this session lapsed");
+            warn!(
+                unproven_ms = lease
+                    .clock()
+                    .now()
+                    .saturating_duration_since(lease.acked())
+                    .as_millis() as u64,
                 timeout_ms = lease.timeout().as_millis() as u64,
-                "the quorum cannot be shown to have heard from this session within its timeout: its terms end; the session is kept and keeps proving itself");
+                "the quorum cannot be shown to have heard from this session within its timeout: its terms end; the session is kept and keeps proving itself"
+            );
             crate::metrics::lease_lapsed();
             lease.note_lapse();
             // A read-only link already keeps every term from starting; leave its state alone.
@@ -629,7 +651,8 @@ fn lapse_or_proof(
         }
         (true, true) => {
             *lapsed = false;
-            info!(session_id = %hex(live.session_id), "the lease is proven again");
+            debug!(session_id = %hex(live.session_id), "the lease of this session is proven again");
+            info!("the lease is proven again");
             (link == Link::Connected).then_some(ClientSignal::Connected)
         }
         _ => None,
@@ -703,8 +726,10 @@ fn answer(
 /// from the id) deletes its nodes at once.
 fn void_on_expired(live: &Live, lease: &Lease) {
     if lease.is_valid() {
-        warn!(session_id = %hex(live.session_id),
-            "a server says the session expired or moved: its lease is void until a resume proves it again");
+        debug!(session_id = %hex(live.session_id), "the servers say this session expired or moved");
+        warn!(
+            "a server says the session expired or moved: its lease is void until a resume proves it again"
+        );
     }
     lease.void_now();
 }
@@ -726,14 +751,16 @@ fn publish(
     epoch: u64,
     new_session: bool,
 ) {
-    let sid = session_id.map(hex).unwrap_or_default();
     crate::metrics::connection_state(state.as_str(), state == ConnectionState::Lost);
+    // The session id at debug only: with it (the password follows from it on ZooKeeper 3.8)
+    // anyone who reads the log and reaches a server can resume or close the session.
+    debug!(session_id = %session_id.map(hex).unwrap_or_default(), epoch, state = %state, "connection state of this session");
     match state {
         ConnectionState::Connected | ConnectionState::Reconnected | ConnectionState::Closed => {
-            info!(session_id = %sid, epoch, new_session, state = %state, "connection state changed")
+            info!(epoch, new_session, state = %state, "connection state changed")
         }
         ConnectionState::ReadOnly | ConnectionState::Suspended | ConnectionState::Lost => {
-            warn!(session_id = %sid, epoch, state = %state, "connection state changed")
+            warn!(epoch, state = %state, "connection state changed")
         }
     }
     let status = SessionStatus {
@@ -897,7 +924,15 @@ async fn connect_client(config: &Config) -> Result<Client> {
     // would be refused although nothing needs creating (and a read-only server refuses every
     // create).
     if client.check_stat(chroot).await?.is_none() {
-        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        if config.chroot_must_exist {
+            return Err(Error::NoChroot {
+                chroot: chroot.clone(),
+            });
+        }
+        // The chroot and each missing ancestor get the chroot's ACL (by default the creator's
+        // and read for anyone when the session has an identity): never more open than the
+        // recipes' nodes inside it.
+        let persistent = CreateMode::Persistent.with_acls(config.chroot_acl.as_acls());
         match client.mkdir(chroot, &persistent).await {
             Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
             // Without its chroot a session could make no node at all: no session then, and a
@@ -925,7 +960,8 @@ async fn connect_client(config: &Config) -> Result<Client> {
 /// timeouts: by then a session that nobody else keeps alive has expired anyway.
 async fn retire(connector: Result<Connector>, hosts: String, info: SessionInfo, timeout: Duration) {
     let Ok(connector) = connector else {
-        warn!(session_id = %hex(info.id().0), "could not close the retired session; it ends when the servers expire it");
+        debug!(session_id = %hex(info.id().0), "could not close this retired session");
+        warn!("could not close the retired session; it ends when the servers expire it");
         return;
     };
     let id = hex(info.id().0);
@@ -940,7 +976,8 @@ async fn retire(connector: Result<Connector>, hosts: String, info: SessionInfo, 
         match tokio::time::timeout(timeout, twin).await {
             Ok(Ok(twin)) => {
                 close_client(twin, timeout).await;
-                info!(session_id = %id, "closed the retired session on the servers");
+                debug!(session_id = %id, "closed this retired session");
+                info!("closed the retired session on the servers");
                 return;
             }
             Ok(Err(zookeeper_client::Error::SessionExpired)) => {
@@ -954,7 +991,8 @@ async fn retire(connector: Result<Connector>, hosts: String, info: SessionInfo, 
         }
         tokio::time::sleep(backoff.fail()).await;
     }
-    warn!(session_id = %id, "could not close the retired session; it ends when the servers expire it");
+    debug!(session_id = %id, "could not close this retired session");
+    warn!("could not close the retired session; it ends when the servers expire it");
 }
 
 /// Drops the last handle of `client` (which makes it send CloseSession) and waits, bounded, for

@@ -9,11 +9,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use zookeeper_client::{Acls, CreateMode, Error as ZkError, Permission};
+use zookeeper_client::{Acl, Acls, Client, CreateMode, Error as ZkError, Permission};
+use zookeeper_recipes::job::{ScheduledJob, SlotRun, SlotState};
 use zookeeper_recipes::{
-    ConnectionState, Error, InterProcessMutex, LeaderLatch, NodeAcl, Session, TlsConfig,
+    ConnectionState, Error, InterProcessMutex, LeaderLatch, LeaderPool, NodeAcl, Session,
+    SessionBuilder, TlsConfig,
 };
-use zookeeper_recipes_rigs::fixtures::{BOUND, StateRecorder, within, zookeeper};
+use zookeeper_recipes_rigs::fixtures::{
+    BOUND, StateRecorder, eventually, shared_server, within, zookeeper,
+};
 use zookeeper_recipes_testing::{
     self as testing, ClientAuth, ServerCertificate, TestCa, TestingServer,
 };
@@ -550,4 +554,466 @@ async fn a_mutex_over_sasl_serialises_two_sessions_of_one_login_with_the_creator
     next.release().await.expect("b releases");
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+// Least privilege by default (issue 43): with an identity, every node the crate creates is the
+// creator's, and others may only read it; without one, everything stays open (as Curator).
+
+/// How a session proves who it is, with a server that knows that kind of identity: digest
+/// needs nothing of the server, SASL a JAAS user, a client certificate the x509 provider (and
+/// `want`, so that a client without a certificate still gets in, unauthenticated).
+#[derive(Clone, Copy, Debug)]
+enum Identity {
+    Digest,
+    Sasl,
+    X509,
+}
+
+/// A server for one kind of identity, and the sessions of its owner and of a stranger.
+struct Secured {
+    server: TestingServer,
+    identity: Identity,
+}
+
+impl Secured {
+    async fn start(identity: Identity) -> Secured {
+        let builder = match identity {
+            Identity::Digest => TestingServer::builder(),
+            Identity::Sasl => TestingServer::builder().sasl_user("svc", "svc-secret"),
+            Identity::X509 => TestingServer::builder()
+                .tls(ClientAuth::Want)
+                .x509_auth(true),
+        };
+        Secured {
+            server: server(builder).await,
+            identity,
+        }
+    }
+
+    /// A session of the owner: digest `svc`, SASL `svc`, or the certificate `CN=svc-client`.
+    fn owner(&self) -> SessionBuilder {
+        let builder =
+            Session::builder(self.server.connect_string()).session_timeout(Duration::from_secs(6));
+        match self.identity {
+            Identity::Digest => builder.digest_auth("svc", "svc-secret"),
+            Identity::Sasl => builder.sasl_digest("svc", "svc-secret"),
+            Identity::X509 => {
+                let tls = self.server.tls().expect("TLS");
+                let me = tls.client_cert("svc-client").expect("a client certificate");
+                builder
+                    .tls(TlsConfig::ca_pem(tls.ca_pem()).identity_pem(me.cert_pem(), me.key_pem()))
+            }
+        }
+    }
+
+    /// A session without any identity (over TLS, without a certificate, on the x509 server).
+    fn stranger(&self) -> SessionBuilder {
+        let builder = Session::builder(self.server.connect_string());
+        match self.identity {
+            Identity::X509 => {
+                builder.tls(TlsConfig::ca_pem(self.server.tls().expect("TLS").ca_pem()))
+            }
+            Identity::Digest | Identity::Sasl => builder,
+        }
+    }
+
+    /// Whether `acl` is the owner's entry with every permission.
+    fn is_owner(&self, acl: &Acl) -> bool {
+        let named = match self.identity {
+            Identity::Digest => acl.scheme() == "digest" && acl.id().starts_with("svc:"),
+            Identity::Sasl => acl.scheme() == "sasl" && acl.id() == "svc",
+            Identity::X509 => acl.scheme() == "x509" && acl.id() == "CN=svc-client",
+        };
+        named && acl.permission() == Permission::ALL
+    }
+}
+
+/// A node of a tree as a stranger sees it: its path, ACL and whether it is ephemeral.
+#[derive(Debug)]
+struct Seen {
+    path: String,
+    acl: Vec<Acl>,
+    ephemeral: bool,
+}
+
+/// Every node at and under `top`, read by `client` (which needs READ on each).
+async fn walk(client: &Client, top: &str) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    let mut queue = vec![top.to_owned()];
+    while let Some(path) = queue.pop() {
+        let (acl, stat) = client
+            .get_acl(&path)
+            .await
+            .unwrap_or_else(|e| panic!("getAcl {path}: {e}"));
+        let children = client
+            .list_children(&path)
+            .await
+            .unwrap_or_else(|e| panic!("getChildren {path}: {e}"));
+        for child in children {
+            queue.push(format!("{}/{child}", path.trim_end_matches('/')));
+        }
+        seen.push(Seen {
+            path,
+            acl,
+            ephemeral: stat.ephemeral_owner != 0,
+        });
+    }
+    seen
+}
+
+/// What every recipe, the pool and a job leave under a session's root, all with their default
+/// ACL: a latch that leads, a held lock, a pool that leads its job, a job with one slot run
+/// (a trigger) and the ensemble's clock probed.
+struct Workload {
+    latch: LeaderLatch,
+    lock: zookeeper_recipes::MutexGuard,
+    pool: LeaderPool,
+    job: ScheduledJob,
+}
+
+impl Workload {
+    /// The node kinds the workload makes, relative to the session's root: each must be seen.
+    const NODES: [&'static str; 14] = [
+        "/election",
+        "/election/latch",
+        "/locks/mutex",
+        "/pools/p",
+        "/pools/p/members",
+        "/pools/p/assignment",
+        "/pools/p/jobs",
+        "/pools/p/jobs/j",
+        "/jobs/nightly",
+        "/jobs/nightly/leader",
+        "/jobs/nightly/state",
+        "/jobs/nightly/control",
+        "/jobs/nightly/slots",
+        "/jobs/nightly/clock",
+    ];
+    /// Parents whose children (contender nodes, slot records) must be seen too.
+    const WITH_CHILDREN: [&'static str; 6] = [
+        "/election/latch",
+        "/locks/mutex",
+        "/pools/p/members",
+        "/pools/p/jobs/j",
+        "/jobs/nightly/leader",
+        "/jobs/nightly/slots",
+    ];
+
+    async fn start(session: &Session) -> Workload {
+        let latch = LeaderLatch::builder(session, "/election/latch")
+            .id("a")
+            .start()
+            .await
+            .expect("a latch with the default ACL");
+        within(BOUND, "the latch is elected", latch.await_leadership())
+            .await
+            .expect("elected");
+        let mutex = InterProcessMutex::builder(session, "/locks/mutex")
+            .id("a")
+            .build()
+            .expect("a mutex with the default ACL");
+        let lock = within(BOUND, "the lock is taken", mutex.acquire())
+            .await
+            .expect("held");
+        let pool = LeaderPool::builder(session, "/pools/p")
+            .id("a")
+            .jobs(["j"])
+            .start()
+            .await
+            .expect("a pool with the default ACL");
+        eventually(BOUND, "the pool's only member leads its job", || async {
+            pool.is_leading("j").then_some(())
+        })
+        .await;
+        let job = ScheduledJob::builder(session, "/jobs/nightly")
+            .every(Duration::from_secs(3600))
+            .id("a")
+            .start(|_run: SlotRun| async { Ok::<(), std::io::Error>(()) })
+            .await
+            .expect("a job with the default ACL");
+        eventually(BOUND, "the job leads", || async {
+            job.has_leadership().then_some(())
+        })
+        .await;
+        let admin = job.admin();
+        admin.trigger().await.expect("a trigger");
+        eventually(BOUND, "the triggered slot succeeds", || async {
+            let history = admin.history(10).await.ok()?;
+            history
+                .iter()
+                .any(|r| r.state == SlotState::Succeeded)
+                .then_some(())
+        })
+        .await;
+        admin
+            .ensemble_now()
+            .await
+            .expect("the clock node is written");
+        Workload {
+            latch,
+            lock,
+            pool,
+            job,
+        }
+    }
+
+    /// Checks that every node kind was seen under `root`.
+    fn assert_seen(tree: &[Seen], root: &str) {
+        let has = |p: &str| tree.iter().any(|n| n.path == p);
+        for node in Self::NODES {
+            let path = format!("{root}{node}");
+            assert!(has(&path), "{path} is missing from {:#?}", paths(tree));
+        }
+        for parent in Self::WITH_CHILDREN {
+            let prefix = format!("{root}{parent}/");
+            assert!(
+                tree.iter().any(|n| n.path.starts_with(&prefix)),
+                "nothing under {root}{parent}: {:#?}",
+                paths(tree)
+            );
+        }
+    }
+
+    async fn close(self) {
+        self.lock.release().await.expect("the lock is released");
+        self.latch.close().await.expect("the latch closes");
+        self.pool.close().await.expect("the pool closes");
+        self.job.close().await.expect("the job closes");
+    }
+}
+
+/// A unique path right under `/` (each of these tests has a server of its own): the crate then
+/// creates every node of the test's tree itself.
+fn top_level(name: &str) -> String {
+    testing::unique_path(name).replacen("/zkr-test", "", 1)
+}
+
+fn paths(tree: &[Seen]) -> Vec<&str> {
+    tree.iter().map(|n| n.path.as_str()).collect()
+}
+
+/// With `identity`: the chroot, its missing ancestor, and every node the recipes, the pool and
+/// a job create are the owner's with all rights, and others may read them and do nothing else.
+async fn every_node_is_the_creators_and_only_readable_by_others(identity: Identity) {
+    let secured = Secured::start(identity).await;
+    let top = top_level("lp");
+    let chroot = format!("{top}/app");
+    let owner = connect(
+        secured.owner().chroot(&chroot),
+        &format!("{identity:?}: the owner"),
+    )
+    .await;
+    assert_eq!(owner.default_acl(), NodeAcl::creator_all_anyone_read());
+    let work = Workload::start(&owner).await;
+
+    let stranger = connect(secured.stranger(), &format!("{identity:?}: a stranger")).await;
+    assert_eq!(stranger.default_acl(), NodeAcl::anyone_all());
+    let client = stranger.client().expect("a live client");
+    let tree = walk(&client, &top).await;
+    Workload::assert_seen(&tree, &chroot);
+    assert!(paths(&tree).contains(&chroot.as_str()));
+    for node in &tree {
+        assert_eq!(
+            node.acl.len(),
+            2,
+            "{identity:?}: {} has the ACL {:?}",
+            node.path,
+            node.acl
+        );
+        assert!(
+            node.acl.iter().any(|a| secured.is_owner(a)),
+            "{identity:?}: {} does not give its creator every right: {:?}",
+            node.path,
+            node.acl
+        );
+        assert!(
+            node.acl.iter().any(|a| a.scheme() == "world"
+                && a.id() == "anyone"
+                && a.permission() == Permission::READ),
+            "{identity:?}: {} gives others more (or less) than READ: {:?}",
+            node.path,
+            node.acl
+        );
+    }
+    // The stranger may read, and nothing else.
+    for node in &tree {
+        let path = node.path.as_str();
+        let refused = |what: &str, r: Result<(), ZkError>| {
+            assert_eq!(
+                r.err(),
+                Some(ZkError::NoAuth),
+                "{identity:?}: a stranger's {what} of {path} was not refused"
+            );
+        };
+        refused("setData", client.set_data(path, b"x", None).await.map(drop));
+        refused(
+            "setAcl",
+            client
+                .set_acl(path, &Acls::anyone_all(), None)
+                .await
+                .map(drop),
+        );
+        if !node.ephemeral {
+            refused(
+                "create",
+                client
+                    .create(
+                        &format!("{path}/intruder"),
+                        b"",
+                        &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+                    )
+                    .await
+                    .map(drop),
+            );
+        }
+        // A delete is checked against the parent's ACL; the top's parent is `/`.
+        if path != top {
+            refused("delete", client.delete(path, None).await);
+        }
+    }
+    work.close().await;
+    stranger.close().await.unwrap();
+    owner.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_digest_credentials_every_node_created_is_the_creators_and_read_only_for_others() {
+    if !zookeeper() {
+        return;
+    }
+    every_node_is_the_creators_and_only_readable_by_others(Identity::Digest).await;
+}
+
+#[tokio::test]
+async fn with_a_sasl_login_every_node_created_is_the_creators_and_read_only_for_others() {
+    if !zookeeper() {
+        return;
+    }
+    every_node_is_the_creators_and_only_readable_by_others(Identity::Sasl).await;
+}
+
+#[tokio::test]
+async fn with_a_client_certificate_and_x509_every_node_created_is_the_creators_and_read_only_for_others()
+ {
+    if !zookeeper() {
+        return;
+    }
+    every_node_is_the_creators_and_only_readable_by_others(Identity::X509).await;
+}
+
+/// Compatibility: a session without an identity creates everything open, as Curator does.
+#[tokio::test]
+async fn without_an_identity_every_node_created_stays_open_to_anyone() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let top = testing::unique_path("open-default");
+    let chroot = format!("{top}/app");
+    let session = connect(
+        Session::builder(server.connect_string())
+            .session_timeout(Duration::from_secs(6))
+            .chroot(&chroot),
+        "no identity",
+    )
+    .await;
+    assert_eq!(session.default_acl(), NodeAcl::anyone_all());
+    let work = Workload::start(&session).await;
+    let reader = connect(Session::builder(server.connect_string()), "a reader").await;
+    let tree = walk(&reader.client().unwrap(), &top).await;
+    Workload::assert_seen(&tree, &chroot);
+    for node in &tree {
+        assert_eq!(
+            node.acl,
+            Acls::anyone_all().to_vec(),
+            "{} is not open to anyone",
+            node.path
+        );
+    }
+    work.close().await;
+    reader.close().await.unwrap();
+    session.close().await.unwrap();
+}
+
+/// An explicit ACL still wins over the default: `anyone_all` on a session with an identity
+/// opens the recipe's nodes, and `chroot_acl` the chroot.
+#[tokio::test]
+async fn an_explicit_open_acl_still_opens_the_nodes_of_a_session_with_an_identity() {
+    if !zookeeper() {
+        return;
+    }
+    let secured = Secured::start(Identity::Digest).await;
+    let chroot = top_level("open");
+    let session = connect(
+        secured
+            .owner()
+            .chroot(&chroot)
+            .chroot_acl(NodeAcl::anyone_all()),
+        "digest, told to stay open",
+    )
+    .await;
+    let latch = LeaderLatch::builder(&session, "/election/open")
+        .id("a")
+        .acl(NodeAcl::anyone_all())
+        .start()
+        .await
+        .unwrap();
+    within(BOUND, "the latch is elected", latch.await_leadership())
+        .await
+        .unwrap();
+    let stranger = connect(secured.stranger(), "a stranger").await;
+    let tree = walk(&stranger.client().unwrap(), &chroot).await;
+    assert_eq!(tree.len(), 4, "{:#?}", paths(&tree));
+    for node in &tree {
+        assert_eq!(node.acl, Acls::anyone_all().to_vec(), "{}", node.path);
+    }
+    latch.close().await.unwrap();
+    stranger.close().await.unwrap();
+    session.close().await.unwrap();
+}
+
+/// A chroot that must be provisioned: no session while it is missing (a typed error naming
+/// it), nothing created; once an operator made it, the session comes up in it and it keeps
+/// the operator's ACL.
+#[tokio::test]
+async fn a_chroot_that_must_exist_is_never_created_and_its_absence_is_named() {
+    if !zookeeper() {
+        return;
+    }
+    let secured = Secured::start(Identity::Digest).await;
+    let chroot = top_level("provisioned");
+    let (e, took) = refused(
+        secured.owner().chroot(&chroot).chroot_must_exist(),
+        "a missing chroot that must exist",
+    )
+    .await;
+    match &e {
+        Error::NoChroot { chroot: named } => assert_eq!(named, &chroot),
+        other => panic!("{other}, not NoChroot"),
+    }
+    assert!(e.to_string().contains(&chroot), "{e}");
+    assert!(took <= FAIL_WITHIN + FAIL_SLACK, "{took:?}");
+    let operator = connect(secured.stranger(), "the operator").await;
+    let client = operator.client().unwrap();
+    assert!(
+        client.check_stat(&chroot).await.unwrap().is_none(),
+        "the session created the chroot it was told must exist"
+    );
+    client
+        .create(
+            &chroot,
+            b"",
+            &CreateMode::Persistent.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .expect("the operator provisions the chroot");
+    let session = connect(
+        secured.owner().chroot(&chroot).chroot_must_exist(),
+        "the provisioned chroot",
+    )
+    .await;
+    let (acl, _) = client.get_acl(&chroot).await.unwrap();
+    assert_eq!(acl, Acls::anyone_all().to_vec(), "the operator's ACL stays");
+    session.close().await.unwrap();
+    operator.close().await.unwrap();
 }

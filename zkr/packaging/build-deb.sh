@@ -81,7 +81,8 @@ install -m 755 "$binary" "$pkg/usr/bin/zkr"
 strip --strip-unneeded "$pkg/usr/bin/zkr"
 install -m 644 "$here/zkr-cron@.service" "$here/zkr-run@.service" "$pkg/lib/systemd/system/"
 install -m 644 "$here/zkr.sysusers" "$pkg/usr/lib/sysusers.d/zkr.conf"
-install -m 644 "$here/cron.env" "$here/run.env" "$pkg/usr/share/doc/zkr/examples/"
+install -m 644 "$here/cron.env" "$here/run.env" "$here/credentials.conf" \
+    "$pkg/usr/share/doc/zkr/examples/"
 install -m 644 zkr/HELP.md "$pkg/usr/share/doc/zkr/HELP.md"
 install -m 644 docs/zkr.md "$pkg/usr/share/doc/zkr/zkr.md"
 if [ -f docs/zkr-cron-runbook.md ]; then

@@ -2,10 +2,10 @@
 # CI check of the Debian package: builds it (debug profile by default, for CI time: the binary
 # the tests already built is reused by cargo), installs it with dpkg -i, verifies the installed
 # package with lintian when it is installed (errors fail), the installed units with
-# systemd-analyze verify (any warning fails), runs one scheduled job from the
-# installed /usr/bin/zkr as the package's `zkr` user against a standalone ZooKeeper started
-# here from Debian's jars (as the test harness starts one, with no zkr involved), waits
-# (bounded) for a succeeded slot in `zkr cron history`, scrapes the replica's --metrics-addr,
+# systemd-analyze verify, alone and with the example credentials drop-in (any warning fails),
+# runs one scheduled job from the installed /usr/bin/zkr as the package's `zkr` user against a
+# standalone ZooKeeper started here from Debian's jars (as the test harness starts one, with no
+# zkr involved), waits (bounded) for a succeeded slot in `zkr cron history`, scrapes the replica's --metrics-addr,
 # stops it with SIGTERM, and purges the package. Needs root (or sudo), java and Debian's
 # ZooKeeper jars in /usr/share/java.
 #
@@ -32,8 +32,9 @@ sudo=""
 
 work=$(mktemp -d)
 chmod 755 "$work"
-zk_pid="" zkr_pid="" installed=false
+zk_pid="" zkr_pid="" installed=false dropins=()
 cleanup() {
+    [ "${#dropins[@]}" -eq 0 ] || $sudo rm -rf "${dropins[@]}"
     [ -n "$zkr_pid" ] && kill -KILL "$zkr_pid" 2>/dev/null || true
     [ -n "$zk_pid" ] && kill -KILL "$zk_pid" 2>/dev/null || true
     if $installed; then $sudo dpkg --purge zkr >/dev/null 2>&1 || true; fi
@@ -74,6 +75,19 @@ fi
 out=$(cd / && systemd-analyze verify zkr-cron@check.service zkr-run@check.service 2>&1) \
     || fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify warns: $out"
+# And with the credentials drop-in the package ships as an example (LoadCredential=).
+dropins=()
+for unit in zkr-cron@check.service zkr-run@check.service; do
+    [ -e "/etc/systemd/system/$unit.d" ] && fail "/etc/systemd/system/$unit.d exists already"
+    dropins+=("/etc/systemd/system/$unit.d")
+    $sudo install -D -m 644 /usr/share/doc/zkr/examples/credentials.conf \
+        "/etc/systemd/system/$unit.d/credentials.conf"
+done
+out=$(cd / && systemd-analyze verify zkr-cron@check.service zkr-run@check.service 2>&1) \
+    || fail "systemd-analyze verify with credentials.conf: $out"
+[ -z "$out" ] || fail "systemd-analyze verify warns with credentials.conf: $out"
+$sudo rm -rf "${dropins[@]}"
+dropins=()
 
 # --- A standalone ZooKeeper from Debian's jars.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -89,12 +89,14 @@ pub(crate) struct Cli {
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) sasl_digest_file: Option<std::path::PathBuf>,
 
-    /// The ACL of the nodes zkr creates (job, election and lock nodes, and their missing
-    /// parents): open (anyone), creator (the authenticated identity only), creator-read
-    /// (creator, plus read for anyone). creator and creator-read need an identity: credentials,
-    /// a SASL login or a client certificate (exit 2 without)
-    #[arg(long, value_enum, value_name = "ACL", default_value_t = AclArg::Open, global = true)]
-    pub(crate) acl: AclArg,
+    /// The ACL of the nodes zkr creates (job, election, lock and pool nodes, their missing
+    /// parents, and a chroot of the connect string): open (anyone), creator (the authenticated
+    /// identity only), creator-read (creator, plus read for anyone). creator and creator-read
+    /// need an identity: credentials, a SASL login or a client certificate (exit 2 without)
+    /// [default: creator-read with an identity (--auth-file, $ZK_AUTH, --sasl-digest-file,
+    /// --tls-cert), else open]
+    #[arg(long, value_enum, value_name = "ACL", global = true)]
+    pub(crate) acl: Option<AclArg>,
 
     #[command(subcommand)]
     pub(crate) command: Command,

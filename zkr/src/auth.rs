@@ -29,21 +29,33 @@ impl std::fmt::Debug for Digest {
     }
 }
 
-/// `--acl`: the ACL of the nodes zkr creates ([`NodeAcl`]'s presets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+/// `--acl`: the ACL of the nodes zkr creates ([`NodeAcl`]'s presets). Without `--acl`:
+/// [`AclArg::default_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum AclArg {
-    /// Anyone may do anything (`world:anyone`, all: ZooKeeper's and Curator's default)
-    #[default]
+    /// Anyone may do anything (`world:anyone`, all: ZooKeeper's and Curator's default; zkr's
+    /// without an identity)
     Open,
     /// All permissions for the authenticated identity only (`auth`, all: CREATOR_ALL_ACL);
     /// needs --auth-file or $ZK_AUTH
     Creator,
     /// As creator, plus read for anyone (status and participants without credentials); needs
-    /// --auth-file or $ZK_AUTH
+    /// --auth-file or $ZK_AUTH. zkr's default with an identity
     CreatorRead,
 }
 
 impl AclArg {
+    /// The ACL without `--acl`: the library's default ([`NodeAcl::default_for`]), creator-read
+    /// with an identity (digest credentials, a SASL login or a client certificate), open
+    /// without.
+    pub(crate) fn default_for(has_identity: bool) -> AclArg {
+        if has_identity {
+            AclArg::CreatorRead
+        } else {
+            AclArg::Open
+        }
+    }
+
     /// The library's ACL.
     pub(crate) fn node_acl(self) -> NodeAcl {
         match self {
@@ -128,13 +140,30 @@ fn read_secret(file: &Path, flag: &str) -> Result<String, Fail> {
         return Err(usage("not a regular file".to_owned()));
     }
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    let credential = std::env::var_os("CREDENTIALS_DIRECTORY")
+        .is_some_and(|dir| is_systemd_credential(Path::new(&dir), file, mode));
+    if mode & 0o077 != 0 && !credential {
         return Err(usage(format!(
             "group or others may access it (mode {mode:03o}); it holds a password: chmod 600 {}",
             file.display()
         )));
     }
     std::fs::read_to_string(file).map_err(|e| usage(format!("cannot read it: {e}")))
+}
+
+/// Whether `file` (with `mode`) is one of systemd's credentials (`LoadCredential=`, the
+/// packaged units' way to pass `--auth-file`): a file in `$CREDENTIALS_DIRECTORY` (`dir`) that
+/// others may not access. systemd gives the unit's user read access to it with an ACL entry,
+/// whose mask shows in the group bits (mode 440), while the directory lets nobody else in: the
+/// group bits say nothing there.
+fn is_systemd_credential(dir: &Path, file: &Path, mode: u32) -> bool {
+    if mode & 0o007 != 0 {
+        return false;
+    }
+    match (dir.canonicalize(), file.canonicalize()) {
+        (Ok(dir), Ok(file)) => file.parent() == Some(dir.as_path()),
+        _ => false,
+    }
 }
 
 /// The environment variables that may name the TLS files.
@@ -294,5 +323,37 @@ mod tests {
                 "{why:?} echoes {bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn without_acl_an_identity_gives_creator_read_and_none_open_as_the_library() {
+        assert_eq!(AclArg::default_for(true), AclArg::CreatorRead);
+        assert_eq!(AclArg::default_for(false), AclArg::Open);
+        for identity in [true, false] {
+            assert_eq!(
+                AclArg::default_for(identity).node_acl(),
+                NodeAcl::default_for(identity)
+            );
+            assert!(check_acl(AclArg::default_for(identity), identity).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_systemd_credential_may_show_group_bits_but_nothing_for_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("zk-auth");
+        std::fs::write(&file, "digest:u:p").unwrap();
+        assert!(is_systemd_credential(dir.path(), &file, 0o440));
+        assert!(
+            !is_systemd_credential(dir.path(), &file, 0o444),
+            "others may read it"
+        );
+        let elsewhere = tempfile::tempdir().unwrap();
+        assert!(!is_systemd_credential(elsewhere.path(), &file, 0o440));
+        assert!(!is_systemd_credential(
+            dir.path(),
+            &dir.path().join("missing"),
+            0o400
+        ));
     }
 }

@@ -31,9 +31,12 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn builder(&self, session_timeout: Duration) -> zookeeper_recipes::SessionBuilder {
+        // A chroot in the connect string is created with `--acl`'s ACL, as every other node
+        // zkr creates.
         let builder = Session::builder(&self.hosts)
             .session_timeout(session_timeout)
-            .connection_timeout(self.connect_timeout);
+            .connection_timeout(self.connect_timeout)
+            .chroot_acl(self.node_acl());
         let builder = match &self.auth {
             Some(digest) => builder.digest_auth(digest.user.clone(), digest.password.clone()),
             None => builder,

@@ -143,23 +143,25 @@ async fn async_main(cli: Cli) -> ExitCode {
         let sasl = auth::load_sasl(cli.sasl_digest_file.as_deref())?;
         let identity =
             auth.is_some() || sasl.is_some() || tls.as_ref().is_some_and(|t| t.has_identity());
-        auth::check_acl(cli.acl, identity)?;
-        Ok((auth, tls, sasl))
+        // Least privilege by default: with an identity, what zkr creates is its own (and
+        // readable by anyone); `--acl open` says otherwise.
+        let acl = cli.acl.unwrap_or(auth::AclArg::default_for(identity));
+        auth::check_acl(acl, identity)?;
+        if !identity {
+            tracing::warn!(
+                acl = acl.name(),
+                "no identity (--auth-file, $ZK_AUTH, --sasl-digest-file, --tls-cert): what zkr creates is open to everyone"
+            );
+        }
+        Ok((auth, tls, sasl, acl))
     });
-    let (auth, tls, sasl) = match secured {
+    let (auth, tls, sasl, acl) = match secured {
         Ok(secured) => secured,
         Err(Fail { message, code }) => {
             eprintln!("zkr: {message}");
             return ExitCode::from(code);
         }
     };
-    if cli.acl != auth::AclArg::Open && matches!(cli.command, Command::Pool { .. }) {
-        eprintln!(
-            "zkr: --acl {}: `pool` creates its nodes open (LeaderPool takes no ACL yet)",
-            cli.acl.name()
-        );
-        return ExitCode::from(codes::USAGE);
-    }
     let conn = Conn {
         hosts,
         server_tick_time: cli.server_tick_time,
@@ -168,7 +170,7 @@ async fn async_main(cli: Cli) -> ExitCode {
         auth,
         tls,
         sasl,
-        acl: cli.acl,
+        acl,
     };
     if let Some(file) = &cli.events
         && let Err(e) = output::events_to(file)

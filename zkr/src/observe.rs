@@ -146,7 +146,8 @@ pub(crate) async fn pool(
     let session = connect(conn, session_timeout).await?;
     let mut builder = LeaderPool::builder(&session, &root)
         .jobs(jobs)
-        .error_policy(policy);
+        .error_policy(policy)
+        .acl(conn.node_acl());
     if let Some(id) = id {
         builder = builder.id(id);
     }

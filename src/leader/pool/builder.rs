@@ -29,6 +29,7 @@ pub struct LeaderPoolBuilder {
     id: Option<String>,
     jobs: Vec<String>,
     policy: ErrorPolicy,
+    acl: Option<NodeAcl>,
 }
 
 impl LeaderPoolBuilder {
@@ -40,6 +41,7 @@ impl LeaderPoolBuilder {
             id: None,
             jobs: Vec::new(),
             policy: ErrorPolicy::default(),
+            acl: None,
         }
     }
 
@@ -68,12 +70,28 @@ impl LeaderPoolBuilder {
         self
     }
 
+    /// The ACL of every node the pool creates: the root and its missing ancestors, the
+    /// membership latch's nodes under `members`, the `assignment`, `jobs` and each job's
+    /// election path and nodes. Default: the session's [`default_acl`](Session::default_acl),
+    /// decided at [`start`](Self::start): the creator's identity and read for anyone when the
+    /// session has an identity, else [`NodeAcl::anyone_all`]. Every replica of a pool must be
+    /// able to create under the others' paths: with a creator ACL, all of them authenticate as
+    /// one identity. Paths that exist keep their ACL (see the latch spec's "Node ACL").
+    ///
+    /// # Curator
+    /// Curator has no pool; its recipes take the framework's `aclProvider`.
+    pub fn acl(mut self, acl: impl Into<NodeAcl>) -> Self {
+        self.acl = Some(acl.into());
+        self
+    }
+
     /// Validates the settings, joins the pool's membership and follows the assignment in the
     /// background; returns at once.
     ///
     /// # Errors
     /// [`Error::InvalidPath`] for an unusable root or a job name that is not a single path
-    /// segment, [`Error::InvalidArgument`] for an empty id, an id longer than
+    /// segment, [`Error::InvalidArgument`] for an empty id, a creator ACL on a session without
+    /// credentials, an id longer than
     /// [`LeaderPool::MAX_MEMBER_ID_LEN`], no jobs or a job given twice,
     /// [`Error::AssignmentTooLarge`] when the jobs' assignment could outgrow its share of the
     /// server's request limit ([`LeaderPool::assignment_worst_case`] over
@@ -84,7 +102,7 @@ impl LeaderPoolBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is sent before the returned pool exists.
     pub async fn start(self) -> Result<LeaderPool> {
-        let id = checks::identity(&self.session, &self.root, self.id, &NodeAcl::default())?;
+        let (id, acl) = checks::identity(&self.session, &self.root, self.id, self.acl)?;
         if self.jobs.is_empty() {
             return Err(Error::InvalidArgument {
                 what: "jobs",
@@ -107,6 +125,7 @@ impl LeaderPoolBuilder {
         let members = LeaderLatch::builder(&self.session, path::join(&self.root, MEMBERS))
             .id(id.clone())
             .error_policy(self.policy)
+            .acl(acl.clone())
             .start()
             .await?;
         let (assignment_tx, _) = watch::channel(None);
@@ -124,6 +143,7 @@ impl LeaderPoolBuilder {
             id,
             jobs: self.jobs,
             policy: self.policy,
+            acl,
             stop: CancellationToken::new(),
             terms,
             assignment_tx,

@@ -36,7 +36,8 @@ pub(super) async fn coordinate(shared: Arc<Shared>, members: Arc<LeaderLatch>) {
             },
         };
         shared.coordinator_tx.send_replace(true);
-        info!(token = %term.token(), session_id = %hex(term.session_id()), "coordinating the pool");
+        info!(token = %term.token(), "coordinating the pool");
+        debug!(token = %term.token(), session_id = %hex(term.session_id()), "coordinating on this session");
         let mut backoff = Backoff::new(shared.session.connection_timeout());
         while !term.has_ended() {
             // Marked seen before the round reads the server: a change published while it runs

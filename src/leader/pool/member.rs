@@ -13,7 +13,6 @@ use zookeeper_client::{CreateMode, OneshotWatcher};
 use super::{
     ASSIGNMENT, Assignment, Change, JOBS, PoolEvent, Shared, classify, job_path, log_state,
 };
-use crate::acl::NodeAcl;
 use crate::error::{Backoff, Error};
 use crate::fencing::Leadership;
 use crate::leader::latch::{CloseMode, LatchEvent, LeaderLatch};
@@ -31,7 +30,8 @@ fn forward(shared: &Shared, job: &str, event: LatchEvent, last: &mut Option<Lead
             if last.as_ref() == Some(&term) {
                 return; // seen already, through the latch's state
             }
-            info!(job, token = %term.token(), node = %term.path(), session_id = %hex(term.session_id()), "leading job");
+            info!(job, token = %term.token(), node = %term.path(), "leading job");
+            debug!(job, token = %term.token(), session_id = %hex(term.session_id()), "leading the job on this session");
             tx.send_replace(Some(term.clone()));
             *last = Some(term.clone());
             let _ = shared.events_tx.send(PoolEvent::Leader {
@@ -124,6 +124,7 @@ impl Stands {
                 .id(shared.id.clone())
                 .close_mode(CloseMode::NotifyLeader)
                 .error_policy(shared.policy)
+                .acl(shared.acl.clone())
                 .start()
                 .await;
             match started {
@@ -176,8 +177,7 @@ async fn prepare_paths(shared: &Shared, jobs: &[&str]) {
         return;
     };
     let parent = path::join(&shared.root, JOBS);
-    let acl = NodeAcl::default();
-    let container = CreateMode::Container.with_acls(acl.as_acls());
+    let container = CreateMode::Container.with_acls(shared.acl.as_acls());
     let existing: BTreeSet<String> = match live.client.list_children(&parent).await {
         Ok(children) => children.into_iter().collect(),
         Err(zookeeper_client::Error::NoNode) => {
@@ -290,7 +290,7 @@ pub(super) async fn follow(shared: Arc<Shared>) {
                 });
                 if changed {
                     info!(mine = ?assignment.jobs_of(&shared.id), members = assignment.members.len(),
-                        session_id = %hex(live.session_id), "read a new assignment");
+                        "read a new assignment");
                     let _ = shared
                         .events_tx
                         .send(PoolEvent::Assignment(assignment.clone()));

@@ -20,6 +20,7 @@ use tracing::{debug, error, instrument, warn};
 pub use assignment::Assignment;
 pub use builder::LeaderPoolBuilder;
 
+use crate::acl::NodeAcl;
 use crate::error::{Error, Result};
 use crate::fencing::{Leadership, TermEnd};
 use crate::leader::latch::LeaderLatch;
@@ -72,6 +73,8 @@ struct Shared {
     id: String,
     jobs: Vec<String>,
     policy: ErrorPolicy,
+    /// The ACL of every node the pool creates ([`LeaderPoolBuilder::acl`]).
+    acl: NodeAcl,
     stop: CancellationToken,
     terms: BTreeMap<String, watch::Sender<Option<Leadership>>>,
     assignment_tx: watch::Sender<Option<Assignment>>,

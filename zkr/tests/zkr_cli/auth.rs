@@ -410,3 +410,154 @@ async fn run_and_lock_with_acl_creator_create_their_paths_closed_to_others() {
         );
     }
 }
+
+/// The ACL of `path` as `(scheme, id, permission)`, read by a client without credentials (the
+/// nodes zkr makes with an identity are readable by anyone).
+async fn acl_of(connect: &str, path: &str) -> Vec<(String, String, zookeeper_client::Permission)> {
+    let anyone = client(connect).await;
+    let (acl, _) = anyone
+        .get_acl(path)
+        .await
+        .unwrap_or_else(|e| panic!("getAcl {path}: {e}"));
+    acl.iter()
+        .map(|a| (a.scheme().to_owned(), a.id().to_owned(), a.permission()))
+        .collect()
+}
+
+/// `zkr [--acl ACL] --auth-file FILE run /svc -- sleep 60` in a chroot of its own: the holder
+/// and the chroot (whose parent `/zkr-test` is open).
+async fn run_in_a_chroot(
+    connect: &str,
+    file: &str,
+    acl: Option<&str>,
+    name: &str,
+) -> (Zkr, String) {
+    let chroot = testing::unique_path(name);
+    open_parent(connect, &chroot).await;
+    let mut c = zkr(&format!("{connect}{chroot}"));
+    c.args(["--auth-file", file]);
+    if let Some(acl) = acl {
+        c.args(["--acl", acl]);
+    }
+    c.args(["run", "/svc", "--", "sh", "-c", "exec sleep 60"]);
+    let mut holder = Zkr::spawn(name, c, EventsOn::Stderr);
+    holder
+        .wait_for("cmd_started", BOUND, "the holder's CMD never started")
+        .await;
+    (holder, chroot)
+}
+
+async fn stop(mut holder: Zkr) {
+    holder.signal(Signal::SIGTERM);
+    let code = holder.exit(BOUND, "the holder after SIGTERM").await.code();
+    assert!(
+        matches!(code, Some(0 | 143)),
+        "{code:?}\n{}",
+        holder.context()
+    );
+}
+
+#[tokio::test]
+async fn with_an_auth_file_and_no_acl_the_chroot_and_every_node_are_the_users_and_read_only_for_others()
+ {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (user, _, file) = identity_file(dir.path());
+    let (holder, chroot) = run_in_a_chroot(connect, &file, None, "lp-zkr").await;
+    let election = format!("{chroot}/svc");
+    let anyone = client(connect).await;
+    let nodes = anyone
+        .list_children(&election)
+        .await
+        .expect("anyone may list the election");
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let node = format!("{election}/{}", nodes[0]);
+    for path in [&chroot, &election, &node] {
+        let acl = acl_of(connect, path).await;
+        assert_eq!(acl.len(), 2, "{path}: {acl:?}");
+        assert!(
+            acl.iter().any(|(scheme, id, perms)| scheme == "digest"
+                && id.starts_with(&format!("{user}:"))
+                && *perms == zookeeper_client::Permission::ALL),
+            "{path}: the user lacks every right: {acl:?}"
+        );
+        assert!(
+            acl.contains(&(
+                "world".to_owned(),
+                "anyone".to_owned(),
+                zookeeper_client::Permission::READ
+            )),
+            "{path}: others get more than READ: {acl:?}"
+        );
+        assert_eq!(
+            anyone.set_data(path, b"x", None).await.err(),
+            Some(Zk::NoAuth),
+            "{path}: a stranger wrote"
+        );
+        assert_eq!(
+            anyone
+                .set_acl(path, &zookeeper_client::Acls::anyone_all(), None)
+                .await
+                .err(),
+            Some(Zk::NoAuth),
+            "{path}: a stranger set the ACL"
+        );
+    }
+    assert_eq!(
+        anyone
+            .create(&format!("{election}/intruder"), b"", &persistent())
+            .await
+            .err(),
+        Some(Zk::NoAuth),
+        "a stranger joined the election"
+    );
+    assert_eq!(
+        anyone.delete(&node, None).await.err(),
+        Some(Zk::NoAuth),
+        "a stranger deleted the leader's node"
+    );
+    // And without credentials, `participants` still reads the election (creator-read).
+    let (status, out, err) = zkr_output(
+        &format!("{connect}{chroot}"),
+        None,
+        &["participants", "/svc"],
+    )
+    .await;
+    assert!(status.success(), "{out}\n{err}");
+    stop(holder).await;
+}
+
+#[tokio::test]
+async fn with_an_auth_file_acl_open_still_opens_the_chroot_and_every_node() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, file) = identity_file(dir.path());
+    let (holder, chroot) = run_in_a_chroot(connect, &file, Some("open"), "open-zkr").await;
+    let election = format!("{chroot}/svc");
+    let nodes = client(connect)
+        .await
+        .list_children(&election)
+        .await
+        .expect("the election");
+    let node = format!("{election}/{}", nodes[0]);
+    for path in [&chroot, &election, &node] {
+        assert_eq!(
+            acl_of(connect, path).await,
+            [(
+                "world".to_owned(),
+                "anyone".to_owned(),
+                zookeeper_client::Permission::ALL
+            )],
+            "{path}: --acl open must give anyone every right"
+        );
+    }
+    stop(holder).await;
+}
