@@ -224,8 +224,9 @@ pub(super) async fn supervise(shared: Arc<Shared>) {
         }
         let read_only = client.state() == SessionState::ConnectedReadOnly;
         // A resumed session whose lease has lapsed stays suspended until a heartbeat proves it,
-        // if something needs the lease.
-        if new_session || read_only || lease.is_valid() || !shared.demand.wanted(timeout) {
+        // if something needs the lease: needed as `serve` judges it, with the lease's timeout
+        // (which a floor or a renegotiation can make shorter than the session's).
+        if new_session || read_only || lease.is_valid() || !shared.demand.wanted(lease.timeout()) {
             let signal = if read_only {
                 ClientSignal::ConnectedReadOnly
             } else {
@@ -427,6 +428,17 @@ async fn serve(
     let mut wanted = demand.wanted(linger);
     // A lease that nobody needs is not judged: only a needed one has lapsed.
     lapsed &= wanted;
+    // A connected link whose lease is not judged lapsed is published connected, whatever the
+    // caller decided a moment ago: a need that ended in between must not leave the session
+    // `Suspended` with nothing left to publish it (trial seed 43033: a resume not published,
+    // a closed contender's node kept first in line for 40 s, its deletion waiting for it).
+    if !lapsed
+        && link == Link::Connected
+        && let Some(next) = next_state(*state, ClientSignal::Connected, false)
+    {
+        *state = Some(next);
+        publish(shared, next, Some(live.session_id), live.epoch, false);
+    }
     // Set when a demand began on a lease that had run down unneeded: not a lapse, and nothing
     // to report; the first proof ends it.
     let mut unproven = false;
