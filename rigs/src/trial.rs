@@ -2583,7 +2583,7 @@ async fn drive(world: &mut World, plan: &[Round]) -> Result<Driven> {
     let orphans = wait_for_empty_paths(world).await;
     // Nothing writes the job's records any more: every server must hold the same ones.
     let records = format!("{}/slots", world.job_path);
-    if !compare_servers(world, &records).await {
+    if !compare_servers(world, &records, false).await {
         problem(
             &world.book,
             format!(
@@ -2619,7 +2619,7 @@ async fn wait_for_leaders(world: &World, what: &str) {
                     &world.book,
                     format!("no {election} leader within {HARNESS_BOUND:?} of {what}"),
                 );
-                if !compare_servers(world, &world.path(election)).await {
+                if !compare_servers(world, &world.path(election), true).await {
                     problem(
                         &world.book,
                         format!("the servers disagree on the {election} election (listed above)"),
@@ -2636,8 +2636,9 @@ async fn wait_for_leaders(world: &World, what: &str) {
 /// change), with its last zxid: servers that disagree long after the heal hold different data
 /// trees (a server that lost committed transactions, as ZooKeeper 3.8.0's DIFF sync can:
 /// ZOOKEEPER-4785 and its relatives), and a contender connected to one waits behind a node the
-/// others deleted. Returns whether every server answered and all agree.
-async fn compare_servers(world: &World, path: &str) -> bool {
+/// others deleted. Returns whether every server answered and all agree; the views are noted
+/// when they do not, or when `always` is set.
+async fn compare_servers(world: &World, path: &str, always: bool) -> bool {
     let mut views = Vec::new();
     for index in 0..world.cluster.len() {
         let Ok(connect) = world.cluster.server_connect_string(index) else {
@@ -2679,7 +2680,7 @@ async fn compare_servers(world: &World, path: &str) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
     });
-    if !agree {
+    if always || !agree {
         for (index, zxid, view) in &views {
             let seen = match view {
                 Ok(view) => format!("{:?}", view.keys().collect::<Vec<_>>()),

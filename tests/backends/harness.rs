@@ -590,15 +590,9 @@ async fn expire_session_expires_the_original_client() {
     // ping after 3 s idle (3 ticks of T/20), the connection given up 8 s without an answer,
     // and at the latest the client calls its session expired itself 7/5 T (28 s) after it lost
     // the connection. Seen: 1 s, 10-11 s, and once on the Docker backend beside another suite
-    // more than 20 s. Bound: 3 + 8 + 28 s, and slack.
-    wait_state(
-        &mut state,
-        SessionState::Expired,
-        Duration::from_secs(45),
-        "after expire_session",
-    )
-    .await;
-
+    // more than 20 s, and once past 45 s on a machine whose load average was 11 on 2 cores.
+    // What the harness promises is the server's side, checked first; the client's own timers
+    // are zookeeper-client's: 3 + 8 + 28 s, and a loaded machine's slack.
     let observer = connect(server.connect_string(), Duration::from_secs(10)).await;
     assert!(
         observer
@@ -608,6 +602,13 @@ async fn expire_session_expires_the_original_client() {
             .is_none(),
         "the expired session's ephemeral node is still there"
     );
+    wait_state(
+        &mut state,
+        SessionState::Expired,
+        Duration::from_secs(75),
+        "after expire_session",
+    )
+    .await;
 }
 
 #[tokio::test]
