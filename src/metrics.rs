@@ -89,6 +89,11 @@ pub const JOB_LAST_SUCCESS: &str = "zookeeper_recipes_job_last_success_timestamp
 pub const JOB_CLOCK_OFFSET: &str = "zookeeper_recipes_job_clock_offset_seconds";
 /// Terms a scheduled job's replica gave up because its clock was off the ensemble's.
 pub const JOB_CLOCK_SKEW_TERMS: &str = "zookeeper_recipes_job_clock_skew_terms_total";
+/// Counter: inputs a job's leader refused, by `input`: `control` (a trigger jump beyond the
+/// cap, a bad `trigger_for`, unparseable data), `state` (unparseable, or rewound behind the
+/// history), `record` (a final record the job did not write), `clock` (a step of the
+/// ensemble's clock).
+pub const JOB_INPUTS_REFUSED: &str = "zookeeper_recipes_job_inputs_refused_total";
 
 #[cfg(feature = "metrics")]
 fn labels(path: &str, id: &str) -> [(&'static str, String); 2] {
@@ -177,6 +182,11 @@ pub(crate) fn job_started(path: &str, id: &str, outcomes: &[&str], reasons: &[&s
         metrics::counter!(JOB_SLOTS_STARTED, &l).increment(0);
         metrics::counter!(JOB_SLOT_RETRIES, &l).increment(0);
         metrics::counter!(JOB_CLOCK_SKEW_TERMS, &l).increment(0);
+        for input in ["control", "state", "record", "clock"] {
+            let [(_, p), (_, i)] = l.clone();
+            let refused = [("path", p), ("id", i), ("input", input.to_owned())];
+            metrics::counter!(JOB_INPUTS_REFUSED, &refused).increment(0);
+        }
         for outcome in outcomes {
             let [(_, p), (_, i)] = l.clone();
             let ended = [("path", p), ("id", i), ("outcome", (*outcome).to_owned())];
@@ -257,6 +267,18 @@ pub(crate) fn job_slot_retrying(path: &str, id: &str) {
 pub(crate) fn job_clock_skew_term(path: &str, id: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(JOB_CLOCK_SKEW_TERMS, &labels(path, id)).increment(1);
+}
+
+#[cfg(feature = "job")]
+/// A scheduled job's leader on `path` refused an input (`control`, `state`, `record`, `clock`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn job_input_refused(path: &str, id: &str, input: &'static str) {
+    #[cfg(feature = "metrics")]
+    {
+        let [(_, p), (_, i)] = labels(path, id);
+        let l = [("path", p), ("id", i), ("input", input.to_owned())];
+        metrics::counter!(JOB_INPUTS_REFUSED, &l).increment(1);
+    }
 }
 
 #[cfg(feature = "job")]

@@ -153,6 +153,21 @@ impl ScheduledJobBuilder {
         self
     }
 
+    /// How many operator triggers may wait to be run at once (default
+    /// [`DEFAULT_MAX_PENDING_TRIGGERS`](crate::job::DEFAULT_MAX_PENDING_TRIGGERS), 10; at least
+    /// 1). `control` is the operators' node and anyone who may write it can set its trigger
+    /// count: a count more than this ahead of the triggers taken up (one write of
+    /// `{"triggers": 1000000}`) is refused whole. None of its triggers runs, the leader records
+    /// them as taken up (`triggers_done` in `state`, fenced) so that the next trigger runs as
+    /// usual, and reports [`JobEvent::ControlRefused`](crate::job::JobEvent::ControlRefused).
+    /// `zkr cron trigger` and [`JobAdmin::trigger`](crate::job::JobAdmin::trigger) add one
+    /// with a compare-and-set, so operators never reach it by accident unless they queue more
+    /// than this many triggers before the leader takes the first up.
+    pub fn max_pending_triggers(mut self, triggers: u64) -> Self {
+        self.policies.max_pending_triggers = triggers;
+        self
+    }
+
     /// Whether a leader that finds another schedule recorded replays the slots of its own
     /// schedule since the job's cursor (by the catch-up policy). Default `false`: the new
     /// schedule starts from now.
@@ -249,6 +264,12 @@ impl ScheduledJobBuilder {
                 });
             }
         };
+        if self.policies.max_pending_triggers == 0 {
+            return Err(Error::InvalidArgument {
+                what: "max pending triggers",
+                reason: "must be at least 1".into(),
+            });
+        }
         if self.policies.max_attempts == 0 {
             return Err(Error::InvalidArgument {
                 what: "max attempts",

@@ -15,6 +15,15 @@
 //! undisciplined one drifts up to some 100 ppm, 0.36 s an hour): the loop takes a fresh sample
 //! before it takes up work when its sample is older than a minute, and the claim of every slot
 //! is itself a sample.
+//!
+//! **Steps.** Every sample is checked against the one before it, projected on the boot clock,
+//! before anything acts on it ([`EnsembleClock::sample`]): the quorum leader that stamps the
+//! `mtime` may change (an election), and a server whose wall clock is 40 days ahead would
+//! otherwise make everything "40 days old" at once (the history pruned by age, issue 43). A
+//! sample outside the projection's bounds by more than the tolerance (plus a drift of
+//! 1000 ppm of the time between the samples) is a [`Sampled::Step`]: it is not adopted, and the
+//! caller stops. A sample is **confirmed** when it agreed with the one before it; deleting by
+//! age needs a confirmed one ([`EnsembleClock::confirmed`]).
 
 use std::time::Duration;
 
@@ -54,24 +63,93 @@ impl Offset {
     }
 }
 
+/// What a new sample said about the ensemble's clock ([`EnsembleClock::sample`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sampled {
+    /// The first sample: adopted, not confirmed.
+    First,
+    /// It agrees with the one before, projected on the boot clock: adopted and confirmed.
+    Steady,
+    /// Answered before the sample kept: dropped.
+    Late,
+    /// It is off the projection of the one before by more than the tolerance: the ensemble's
+    /// clock stepped by `step_ms` (positive: forward). Not adopted; the estimate stays on the
+    /// sample before, unconfirmed.
+    Step {
+        /// The new sample minus the nearest bound of the projection, in milliseconds.
+        step_ms: i64,
+    },
+}
+
+/// The drift allowed between two samples, in parts per million of the boot time between them:
+/// ten times what an undisciplined oscillator drifts.
+const DRIFT_PPM: i64 = 1000;
+
 /// The ensemble's clock, estimated from the newest sample.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EnsembleClock {
     latest: Option<Sample>,
+    /// Whether `latest` agreed with the sample before it.
+    confirmed: bool,
 }
 
 impl EnsembleClock {
     /// A write sent at `sent` and answered at `answered` (boot time) reported `mtime_ms`. The
-    /// newest answer is kept; a sample answered before the one kept is dropped.
-    pub(crate) fn sample(&mut self, mtime_ms: i64, sent: BootTime, answered: BootTime) {
-        if self.latest.is_some_and(|l| answered < l.answered) {
-            return;
-        }
-        self.latest = Some(Sample {
+    /// newest answer is kept; a sample answered before the one kept is dropped. A sample is
+    /// checked against the one before it first: stamped between `sent` and `answered`, a
+    /// steady clock's `mtime` lies between the earlier sample's `mtime` plus
+    /// `sent - earlier.answered` and plus `answered - earlier.sent`; beyond those bounds by more
+    /// than `tolerance` (and the drift allowance) it is a [`Sampled::Step`], not adopted.
+    pub(crate) fn sample(
+        &mut self,
+        mtime_ms: i64,
+        sent: BootTime,
+        answered: BootTime,
+        tolerance: Duration,
+    ) -> Sampled {
+        let sent = sent.min(answered);
+        let next = Sample {
             mtime_ms,
-            sent: sent.min(answered),
+            sent,
             answered,
-        });
+        };
+        let Some(prev) = self.latest else {
+            self.latest = Some(next);
+            self.confirmed = false;
+            return Sampled::First;
+        };
+        if answered < prev.answered {
+            return Sampled::Late;
+        }
+        let boot = |t: BootTime| millis(t.since_boot());
+        let lower = prev
+            .mtime_ms
+            .saturating_add(boot(sent).saturating_sub(boot(prev.answered)));
+        let upper = prev
+            .mtime_ms
+            .saturating_add(boot(answered).saturating_sub(boot(prev.sent)));
+        let drift = boot(answered).saturating_sub(boot(prev.answered)) / (1_000_000 / DRIFT_PPM);
+        let allowance = millis(tolerance).saturating_add(drift);
+        let step_ms = if mtime_ms < lower {
+            mtime_ms.saturating_sub(lower)
+        } else if mtime_ms > upper {
+            mtime_ms.saturating_sub(upper)
+        } else {
+            0
+        };
+        if step_ms.saturating_abs() > allowance {
+            self.confirmed = false;
+            return Sampled::Step { step_ms };
+        }
+        self.latest = Some(next);
+        self.confirmed = true;
+        Sampled::Steady
+    }
+
+    /// Whether the sample the estimate stands on agreed with the one before it: what deleting
+    /// anything by age needs.
+    pub(crate) fn confirmed(&self) -> bool {
+        self.latest.is_some() && self.confirmed
     }
 
     /// The ensemble's time at boot time `at` (milliseconds since the Unix epoch), by the lower
@@ -105,6 +183,8 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+    const TOL: Duration = Duration::from_secs(10);
+    const DAY_MS: i64 = 24 * 3600 * 1000;
 
     /// An ensemble whose clock reads `base + (t - boot 0)` at boot time t.
     fn ensemble_at(base: i64, t: BootTime) -> i64 {
@@ -130,7 +210,7 @@ mod tests {
         for stamped_at in [1000, 1013, 1040] {
             let mut clock = EnsembleClock::default();
             let mtime = ensemble_at(base, boot_ms(stamped_at));
-            clock.sample(mtime, boot_ms(1000), boot_ms(1040));
+            clock.sample(mtime, boot_ms(1000), boot_ms(1040), TOL);
             for later in [1040, 1041, 5000, 3_600_000] {
                 let at = boot_ms(later);
                 let estimate = clock.now_ms(at).unwrap();
@@ -144,7 +224,7 @@ mod tests {
     #[test]
     fn a_suspend_moves_the_estimate_on_as_the_ensembles_clock_moves() {
         let mut clock = EnsembleClock::default();
-        clock.sample(10_000, boot_ms(100), boot_ms(100));
+        clock.sample(10_000, boot_ms(100), boot_ms(100), TOL);
         // Ten minutes of boot time later (a suspend included), ten minutes of ensemble time.
         assert_eq!(clock.now_ms(boot_ms(100 + 600_000)), Some(610_000));
     }
@@ -152,7 +232,7 @@ mod tests {
     #[test]
     fn the_offset_of_a_wall_reading_is_measured_against_the_middle_of_the_round_trip() {
         let mut clock = EnsembleClock::default();
-        clock.sample(50_000, boot_ms(1000), boot_ms(1020));
+        clock.sample(50_000, boot_ms(1000), boot_ms(1020), TOL);
         let at = boot_ms(2020);
         // The ensemble reads 51_000..=51_020 now; the middle is 51_010.
         let honest = clock.offset(51_010, at).unwrap();
@@ -181,11 +261,75 @@ mod tests {
     #[test]
     fn the_newest_answer_is_kept_and_an_older_one_arriving_late_is_dropped() {
         let mut clock = EnsembleClock::default();
-        clock.sample(1_000, boot_ms(0), boot_ms(10));
-        clock.sample(9_000, boot_ms(100), boot_ms(110));
+        assert_eq!(
+            clock.sample(1_000, boot_ms(0), boot_ms(10), TOL),
+            Sampled::First
+        );
+        assert_eq!(
+            clock.sample(9_000, boot_ms(100), boot_ms(110), TOL),
+            Sampled::Steady
+        );
         assert_eq!(clock.now_ms(boot_ms(110)), Some(9_000));
-        clock.sample(2_000, boot_ms(50), boot_ms(60));
+        assert_eq!(
+            clock.sample(2_000, boot_ms(50), boot_ms(60), TOL),
+            Sampled::Late
+        );
         assert_eq!(clock.now_ms(boot_ms(110)), Some(9_000));
         assert_eq!(clock.age(boot_ms(1_110)), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_step_of_the_ensembles_clock_beyond_the_tolerance_is_not_adopted_and_unconfirms_it() {
+        let base = 1_796_256_000_000;
+        let mut clock = EnsembleClock::default();
+        assert_eq!(
+            clock.sample(base, boot_ms(1000), boot_ms(1010), TOL),
+            Sampled::First
+        );
+        assert!(!clock.confirmed(), "a first sample is not confirmed");
+        // A minute later, steady (a quorum leader whose clock is 3 s off the last one's: within).
+        let later = base + 60_000 + 3_000;
+        assert_eq!(
+            clock.sample(later, boot_ms(61_000), boot_ms(61_010), TOL),
+            Sampled::Steady
+        );
+        assert!(clock.confirmed());
+        // A quorum leader 40 days ahead stamps the next write.
+        let ahead = later + 40 * DAY_MS + 1_000;
+        let Sampled::Step { step_ms } = clock.sample(ahead, boot_ms(62_000), boot_ms(62_020), TOL)
+        else {
+            panic!("a 40-day step was adopted");
+        };
+        assert!((step_ms - 40 * DAY_MS).abs() < 1_000, "step {step_ms}");
+        assert!(!clock.confirmed(), "a step unconfirms the estimate");
+        // The estimate stays on the sample before.
+        assert_eq!(clock.now_ms(boot_ms(62_010)), Some(later + 1_000));
+        // A step back (a clock set back by a day) is one too.
+        let mut back = EnsembleClock::default();
+        back.sample(base, boot_ms(0), boot_ms(10), TOL);
+        assert!(matches!(
+            back.sample(base - DAY_MS, boot_ms(20), boot_ms(30), TOL),
+            Sampled::Step { step_ms } if step_ms < -DAY_MS + 100
+        ));
+    }
+
+    #[test]
+    fn a_long_wait_between_samples_allows_for_drift_and_a_suspend_is_no_step() {
+        let base = 1_796_256_000_000;
+        let mut clock = EnsembleClock::default();
+        clock.sample(base, boot_ms(0), boot_ms(10), TOL);
+        // A week later by the boot clock (a suspend included), the ensemble 30 s further on
+        // than the projection: 50 ppm of drift, within the allowance (10 s + 1000 ppm).
+        let week = 7 * DAY_MS;
+        let week_boot = u64::try_from(week).unwrap();
+        assert_eq!(
+            clock.sample(
+                base + week + 30_000,
+                boot_ms(week_boot),
+                boot_ms(week_boot + 10),
+                TOL
+            ),
+            Sampled::Steady
+        );
     }
 }

@@ -116,6 +116,49 @@ pub enum JobEvent {
         /// The slot key it was brought back to.
         to: String,
     },
+    /// The leader refused what it read in the job's `control` node: a trigger count more than
+    /// [`max_pending_triggers`](super::ScheduledJobBuilder::max_pending_triggers) ahead of the
+    /// triggers taken up (none of them runs; they are recorded taken up), a trigger whose
+    /// `trigger_for` is not a slot key or a date (it does not run), or data that does not
+    /// parse (the controls read before stay in force). Nothing else stops.
+    ControlRefused {
+        /// What was refused, naming the node.
+        reason: String,
+    },
+    /// The leader refused the job's `state` node: it does not parse, or it moves the cursor (or
+    /// the trigger count) back behind a slot the job has a record of. The leader keeps its
+    /// term (so that the other replicas do not take it up in turn and fail the same way),
+    /// takes up no slot and deletes nothing, and loads `state` again when it changes: the
+    /// operator's fix is in `docs/zkr-cron-runbook.md` (delete the node, or write it back).
+    StateRefused {
+        /// What is wrong, naming the node.
+        reason: String,
+    },
+    /// A slot record the job did not write: a final record (`succeeded`, ...) found at a slot
+    /// beyond the job's cursor (or a trigger beyond the triggers taken up) when the slot came
+    /// due. The job writes a record only in the multi that moves its cursor (or trigger count)
+    /// to it, so such a record suppresses nothing: the leader claims the slot over it (with
+    /// the record's version) and runs it.
+    RecordRefused {
+        /// The slot key.
+        slot: String,
+        /// What the record said, and why it was refused.
+        reason: String,
+    },
+    /// A sample of the ensemble's clock (a write's `mtime`) disagreed with the one before it,
+    /// projected on this host's boot clock, by more than the
+    /// [`clock_tolerance`](super::ScheduledJobBuilder::clock_tolerance): the ensemble's clock
+    /// stepped (a quorum leader with another wall clock was elected, or its clock was set).
+    /// The sample is not used: the term takes up no more slots, deletes nothing (pruning by
+    /// age needs a sample confirmed by the one before it), and is given up as after a
+    /// [`ClockSkew`](Self::ClockSkew); the next term measures afresh.
+    EnsembleClockStep {
+        /// The new sample minus the projection of the one before (positive: forward), in
+        /// milliseconds.
+        step_ms: i64,
+        /// The tolerance, in milliseconds.
+        tolerance_ms: u64,
+    },
 }
 
 /// One run of the job: the slot, the term, the attempt.

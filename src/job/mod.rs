@@ -60,7 +60,7 @@ use tracing::{debug, info, warn};
 pub use admin::{JobAdmin, JobStatus};
 pub use builder::{PreparedJob, ScheduledJobBuilder};
 pub use event::{JobEvent, SlotJob, SlotRun};
-pub use policy::{CatchUp, OnCrash, Overlap, Resolution};
+pub use policy::{CatchUp, DEFAULT_MAX_PENDING_TRIGGERS, OnCrash, Overlap, Resolution};
 pub use record::{
     AttemptOutcome, AttemptRecord, MAX_ATTEMPT_ERROR, MAX_ATTEMPT_RECORDS, SlotRange, SlotRecord,
     SlotState, TriggerFor,

@@ -16,7 +16,10 @@
 //! - [`overlap`]: slots that came due while one runs are skipped or buffered ([`Overlap`]);
 //! - [`not_run`]: how slots not run are recorded (one `skipped` record, or a `missed` range);
 //! - [`align`], [`claim`], [`prune`], [`outcome`]: the job's `state` on a new term and at a
-//!   claim, the history kept, the record of a run's end.
+//!   claim, the history kept, the record of a run's end;
+//! - [`refused_triggers`], [`state_refused`], [`foreign_final`]: what the leader does not take
+//!   on trust from the nodes anyone may write (issue 43): a trigger jump, a bad trigger
+//!   argument, a `state` rewound behind the history, a final record the job did not write.
 //!
 //! The reasons a record carries are enums here ([`NotRunReason`], [`SettleReason`],
 //! [`PendingReason`]); their strings are the wire format other replicas and `zkr` read.
@@ -25,7 +28,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use super::policy::{CatchUp, OnCrash, Overlap, Policies};
-use super::record::{Control, JobState, SlotRange, SlotRecord, SlotState, UNPLACED, trigger_key};
+use super::record::{
+    Control, JobState, SlotRange, SlotRecord, SlotState, TriggerFor, UNPLACED, trigger_key,
+};
 use super::schedule::Schedule;
 
 /// How many due slots one pass takes up with catch-up `all` (the rest in the next passes).
@@ -641,6 +646,12 @@ pub(crate) fn align(
         next.cursor_ms = fresh_cursor;
     } else if next.cursor_ms > now.saturating_add(tolerance_ms) {
         rewound = Some((next.cursor_ms, fresh_cursor));
+        // The records up to where the cursor stood are the job's (a claim moved it there):
+        // they stay final and are not taken for foreign ones ([`foreign_final`]).
+        next.records_until_ms = Some(
+            next.cursor_ms
+                .max(next.records_until_ms.unwrap_or(i64::MIN)),
+        );
         next.cursor_ms = fresh_cursor;
     }
     if next.spec_hash != hash {
@@ -754,6 +765,111 @@ pub(crate) fn prune(
         .filter(|(i, (nominal, _, _))| *i < excess || now.saturating_sub(*nominal) > max_age_ms)
         .map(|(_, (_, k, v))| (k.clone(), v))
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs not taken on trust (issue 43)
+
+/// Triggers the leader refuses to run ([`refused_triggers`]): it records them taken up
+/// (`triggers_done = up_to`) without running them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TriggerRefusal {
+    /// The trigger count to record as taken up.
+    pub(crate) up_to: u64,
+    /// Why (without the node's path).
+    pub(crate) reason: String,
+}
+
+/// Whether the next triggers of `control` are refused: a count more than `max_pending` ahead of
+/// the triggers taken up is refused whole (`up_to` = the count: none of them runs, so that one
+/// write of a huge count cannot run the job back to back for ever); otherwise the next trigger
+/// is refused alone when what it is for is neither a slot key nor a date `YYYY-MM-DD`.
+pub(crate) fn refused_triggers(
+    state: &JobState,
+    control: &Control,
+    max_pending: u64,
+) -> Option<TriggerRefusal> {
+    let pending = control.triggers.saturating_sub(state.triggers_done);
+    if pending > max_pending {
+        return Some(TriggerRefusal {
+            up_to: control.triggers,
+            reason: format!(
+                "{pending} triggers are waiting (count {}, {} taken up), more than the {max_pending} allowed at once: none of them runs; `zkr cron trigger` adds one at a time",
+                control.triggers, state.triggers_done
+            ),
+        });
+    }
+    if pending == 0 {
+        return None;
+    }
+    let n = state.triggers_done.saturating_add(1);
+    let asked = control.trigger_for.get(&n)?;
+    let bad = |e: crate::error::Error| TriggerRefusal {
+        up_to: n,
+        reason: format!("trigger {n} is refused: {e}"),
+    };
+    if let Some(slot) = &asked.slot
+        && let Err(e) = TriggerFor::slot(slot)
+    {
+        return Some(bad(e));
+    }
+    if let Some(date) = &asked.date
+        && let Err(e) = TriggerFor::date(date)
+    {
+        return Some(bad(e));
+    }
+    None
+}
+
+/// Whether `state`, as loaded, is refused against the job's records: it moves the cursor back
+/// behind a slot the job has a record of, that is a record at a slot key after both the
+/// cursor and `records_until_ms` (the cursor a leader brought back from the future) and at or
+/// before `written_ms`, the `mtime` of the state's last write (as read, before this term wrote
+/// anything). The job writes a record only in the multi that moves the cursor to it, and takes
+/// up due slots as it writes, so its own writes never leave the cursor behind a record of a
+/// slot that was due when it wrote; a record at a slot still to come then (a forged one) is
+/// not evidence against the state ([`foreign_final`] deals with it). A new job's unplaced
+/// cursor is not checked. A trigger count moved back is bounded by the cap on pending
+/// triggers ([`refused_triggers`]) and the records above it are not the job's
+/// ([`foreign_final`]): it is not checked here. The reason names the record; `None` when the
+/// state stands.
+pub(crate) fn state_refused(
+    state: &JobState,
+    records: &Records,
+    written_ms: i64,
+) -> Option<String> {
+    if state.cursor_ms == UNPLACED {
+        return None;
+    }
+    let covered = state
+        .cursor_ms
+        .max(state.records_until_ms.unwrap_or(i64::MIN));
+    let newest = records
+        .keys()
+        .filter_map(|k| Schedule::parse_key(k).map(|at| (at, k)))
+        .filter(|&(at, _)| at <= written_ms && at > covered)
+        .max()?;
+    Some(format!(
+        "its cursor {} is behind the record of slot {}: it was moved back (every slot since would be run again), or that record is not the job's",
+        Schedule::key(state.cursor_ms),
+        newest.1
+    ))
+}
+
+/// Whether a final record found when `work` is about to be claimed was written by someone else:
+/// the job writes a scheduled slot's record only in the multi that moves the cursor to it
+/// (or a trigger's in the one that counts it taken up), so a record beyond the cursor (and
+/// beyond `records_until_ms`), or of a trigger beyond `triggers_done`, is not the job's and
+/// suppresses nothing. A trigger's re-run and a retry are of records the job wrote.
+pub(crate) fn foreign_final(state: &JobState, work: &Work) -> bool {
+    match work.trigger {
+        Some(0) => false,
+        Some(n) => n > state.triggers_done,
+        None => {
+            work.nominal_ms > state.cursor_ms
+                && work.nominal_ms > state.records_until_ms.unwrap_or(i64::MIN)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -58,6 +58,10 @@ pub enum Resolution {
     Rerun,
 }
 
+/// How many operator triggers may wait at once by default
+/// ([`ScheduledJobBuilder::max_pending_triggers`](super::ScheduledJobBuilder::max_pending_triggers)).
+pub const DEFAULT_MAX_PENDING_TRIGGERS: u64 = 10;
+
 /// The policies a job was built with ([`ScheduledJobBuilder`](super::ScheduledJobBuilder)'s
 /// setters): what the planner (`plan.rs`) decides by.
 #[derive(Debug, Clone)]
@@ -83,6 +87,9 @@ pub(crate) struct Policies {
     pub(crate) retries: u32,
     /// How long the leader waits before each such retry.
     pub(crate) retry_backoff: Duration,
+    /// How many operator triggers may wait at once (`control.triggers - state.triggers_done`):
+    /// a jump beyond it is refused whole ([`super::plan::refused_triggers`]).
+    pub(crate) max_pending_triggers: u64,
 }
 
 impl Default for Policies {
@@ -98,6 +105,7 @@ impl Default for Policies {
             replay_on_change: false,
             retries: 0,
             retry_backoff: Duration::ZERO,
+            max_pending_triggers: DEFAULT_MAX_PENDING_TRIGGERS,
         }
     }
 }

@@ -381,6 +381,11 @@ pub(crate) struct JobState {
     /// (chrono-tz's `IANA_TZDB_VERSION`); a leader built with another one warns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tzdb: Option<String>,
+    /// Where a cursor found beyond the ensemble's time stood before a leader brought it back
+    /// ([`JobEvent::CursorRewound`](crate::job::JobEvent::CursorRewound)): the records up to
+    /// it are the job's, written under that cursor, though beyond the cursor now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_until_ms: Option<i64>,
 }
 
 /// The cursor of a new job whose first leader has not yet placed it on the ensemble's clock:

@@ -15,7 +15,7 @@ use tracing::{debug, error, info, warn};
 use zookeeper_client::CreateMode;
 
 use super::admin::read_records;
-use super::ensemble::EnsembleClock;
+use super::ensemble::{EnsembleClock, Sampled};
 use super::plan::{self, Crash, NotRun, NotRunReason, Records, Recovery, SettleReason, Step, Work};
 use super::record::{AttemptEnd, AttemptOutcome, Control, JobState, UNPLACED};
 use super::{AbortOnDrop, Inner, JobEvent, Schedule, SlotJob, SlotRecord, SlotState};
@@ -87,6 +87,17 @@ pub(super) struct TermRun<'a> {
     /// Whether the running slot started late (a retry, a catch-up): a slot that comes due
     /// while it runs is buffered rather than skipped ([`plan::started_late`]).
     run_late: bool,
+    /// A step of the ensemble's clock one of this term's writes found ([`Sampled::Step`]):
+    /// the term takes up nothing more ([`Self::check_step`]).
+    clock_step: Option<i64>,
+}
+
+/// What loading the job's nodes found.
+enum Loaded {
+    /// Everything read; the term may lead.
+    Ready,
+    /// `state` is refused ([`plan::state_refused`], or it does not parse): why.
+    StateRefused(String),
 }
 
 impl<'a> TermRun<'a> {
@@ -100,6 +111,7 @@ impl<'a> TermRun<'a> {
                 cursor_ms: 0,
                 triggers_done: 0,
                 tzdb: None,
+                records_until_ms: None,
             },
             state_version: -1,
             control: Control::default(),
@@ -111,6 +123,7 @@ impl<'a> TermRun<'a> {
             ensemble: EnsembleClock::default(),
             run_started: None,
             run_late: false,
+            clock_step: None,
         }
     }
 
@@ -144,10 +157,40 @@ impl<'a> TermRun<'a> {
         let sent = self.term.clock().now();
         let results = self.term.fenced(ops).await?;
         let answered = self.term.clock().now();
-        if let Some(mtime) = results.iter().find_map(FencedResult::mtime_ms) {
-            self.ensemble.sample(mtime, sent, answered);
+        if let Some(mtime) = results.iter().find_map(FencedResult::mtime_ms)
+            && let Sampled::Step { step_ms } =
+                self.ensemble
+                    .sample(mtime, sent, answered, self.inner.clock_tolerance)
+        {
+            self.clock_step.get_or_insert(step_ms);
         }
         Ok(results)
+    }
+
+    /// Whether one of this term's writes found the ensemble's clock stepped: then the term
+    /// takes up nothing more and deletes nothing; it is given up as after a clock skew (the
+    /// hold-back), and the next term measures afresh (and its replica's clock is checked
+    /// against the new one).
+    fn check_step(&mut self) -> std::result::Result<(), Stop> {
+        let Some(step_ms) = self.clock_step else {
+            return Ok(());
+        };
+        let hold = self.inner.hold_back_after_skew(self.term.clock().now());
+        let tolerance_ms = u64::try_from(self.tolerance_ms()).unwrap_or(u64::MAX);
+        error!(
+            path = %self.inner.path,
+            id = %self.inner.id,
+            token = %self.term.token(),
+            step_ms,
+            tolerance_ms,
+            hold_back_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX),
+            "the ensemble's clock (the mtime of the job's writes) stepped from one write to the next by more than the tolerance (a quorum leader with another wall clock, or a clock set): the sample is not used, nothing is deleted, no slot is taken up, and the term is given up (check the ZooKeeper servers' time sources)"
+        );
+        self.emit(JobEvent::EnsembleClockStep {
+            step_ms,
+            tolerance_ms,
+        });
+        Err(Stop::ClockSkew)
     }
 
     /// A compare-and-set of `state` onto itself: a write that always reports an `mtime` (a
@@ -234,6 +277,16 @@ impl<'a> TermRun<'a> {
             }
             JobEvent::ClockSkew { .. } => crate::metrics::job_clock_skew_term(path, id),
             JobEvent::SlotRetrying { .. } => crate::metrics::job_slot_retrying(path, id),
+            JobEvent::ControlRefused { .. } => {
+                crate::metrics::job_input_refused(path, id, "control");
+            }
+            JobEvent::StateRefused { .. } => crate::metrics::job_input_refused(path, id, "state"),
+            JobEvent::RecordRefused { .. } => {
+                crate::metrics::job_input_refused(path, id, "record");
+            }
+            JobEvent::EnsembleClockStep { .. } => {
+                crate::metrics::job_input_refused(path, id, "clock");
+            }
             _ => {}
         }
     }
@@ -253,6 +306,7 @@ impl<'a> TermRun<'a> {
 
     async fn lead<J: SlotJob>(&mut self, job: &Arc<J>) -> std::result::Result<(), Stop> {
         self.load_with_retries().await?;
+        self.check_step()?;
         self.check_clock()?;
         self.recover().await?;
         info!(
@@ -287,6 +341,7 @@ impl<'a> TermRun<'a> {
                     self.queue.clear();
                     self.buffered = false;
                     self.load_with_retries().await?;
+                    self.check_step()?;
                     self.check_clock()?;
                     self.recover().await?;
                     late = true;
@@ -324,7 +379,15 @@ impl<'a> TermRun<'a> {
             debug!("renewing the sample of the ensemble's clock before taking up work");
             self.sample_clock().await?;
         }
+        self.check_step()?;
         self.check_clock()?;
+        if let Some(refusal) = plan::refused_triggers(
+            &self.state,
+            &self.control,
+            self.inner.policies.max_pending_triggers,
+        ) {
+            self.refuse_triggers(refusal).await?;
+        }
         loop {
             let now = self.now();
             let step = plan::step(
@@ -391,7 +454,11 @@ impl<'a> TermRun<'a> {
         let mut backoff = Backoff::new(TICK);
         loop {
             match self.load().await {
-                Ok(()) => return Ok(()),
+                Ok(Loaded::Ready) => return Ok(()),
+                Ok(Loaded::StateRefused(reason)) => {
+                    self.hold_on_refused_state(&reason).await?;
+                    backoff.succeed();
+                }
                 Err(e) if e.outcome_unknown() => {
                     let pause = backoff.fail();
                     debug!(error = %e, failures = backoff.failures(), "reading the job's state failed; retrying");
@@ -410,13 +477,21 @@ impl<'a> TermRun<'a> {
     /// anything reads the time. Then, unless this replica's clock is off the ensemble's (the
     /// caller gives the term up), it aligns `state` with the ensemble's time and this replica's
     /// schedule.
-    async fn load(&mut self) -> Result<()> {
+    async fn load(&mut self) -> Result<Loaded> {
         let client = self.inner.session.client()?;
         let state_path = self.state_path();
+        // The mtime of the state's last write before this term's: see `plan::state_refused`.
+        let mut state_written = i64::MIN;
         match client.get_data(&state_path).await {
             Ok((data, stat)) => {
-                self.state = JobState::from_bytes(&state_path, &data)?;
                 self.state_version = stat.version;
+                state_written = stat.mtime;
+                match JobState::from_bytes(&state_path, &data) {
+                    Ok(state) => self.state = state,
+                    // Written by someone else: nothing is written over it (the sample below
+                    // would be), and no replica should fail on it in turn.
+                    Err(e) => return Ok(Loaded::StateRefused(e.to_string())),
+                }
             }
             Err(zookeeper_client::Error::NoNode) => {
                 // A new job: its cursor is placed on the ensemble's clock once it is sampled.
@@ -426,6 +501,7 @@ impl<'a> TermRun<'a> {
                     cursor_ms: UNPLACED,
                     triggers_done: 0,
                     tzdb: None,
+                    records_until_ms: None,
                 };
                 self.fenced(vec![FencedOp::create(&state_path, state.to_bytes())])
                     .await?;
@@ -443,6 +519,10 @@ impl<'a> TermRun<'a> {
             Ok(_) | Err(Error::Zookeeper(zookeeper_client::Error::NodeExists)) => {}
             Err(e) => return Err(e),
         }
+        self.records = read_records(&client, &self.inner.path).await?;
+        if let Some(reason) = plan::state_refused(&self.state, &self.records, state_written) {
+            return Ok(Loaded::StateRefused(format!("{state_path}: {reason}")));
+        }
         let at = self.term.clock().now();
         let skewed = self
             .ensemble
@@ -452,7 +532,84 @@ impl<'a> TermRun<'a> {
             self.align_state().await?;
         }
         self.reload_control(false).await?;
-        self.records = read_records(&client, &self.inner.path).await?;
+        Ok(Loaded::Ready)
+    }
+
+    /// `state` is refused ([`Loaded::StateRefused`]): reports it, then keeps the term and waits
+    /// for the node to change (an operator's fix: delete it, or write it back), taking up no
+    /// slot and writing nothing. Holding the term, rather than giving it up, keeps the other
+    /// replicas from taking it up in turn and failing the same way (a churn of terms).
+    async fn hold_on_refused_state(&mut self, reason: &str) -> std::result::Result<(), Stop> {
+        let state_path = self.state_path();
+        error!(
+            path = %self.inner.path,
+            id = %self.inner.id,
+            token = %self.term.token(),
+            node = %state_path,
+            reason,
+            "the job's state is refused: this leader keeps its term, takes up no slot and deletes nothing until the node changes (the runbook's fix: delete the state node, or write it back)"
+        );
+        self.emit(JobEvent::StateRefused {
+            reason: reason.to_owned(),
+        });
+        let client = self.inner.session.client()?;
+        let refused_version = self.state_version;
+        let mut backoff = Backoff::new(TICK);
+        loop {
+            let watcher = match client.get_and_watch_data(&state_path).await {
+                Ok((_, stat, watcher)) => {
+                    if stat.version != refused_version {
+                        return Ok(());
+                    }
+                    watcher
+                }
+                // Deleted (the operator's fix): the reload creates a new job's state.
+                Err(zookeeper_client::Error::NoNode) => return Ok(()),
+                Err(e) => {
+                    let e = Error::from(e);
+                    if !e.outcome_unknown() {
+                        return Err(e.into());
+                    }
+                    tokio::select! {
+                        _ = self.term.cancelled() => return Err(Stop::TermOver),
+                        _ = tokio::time::sleep(backoff.fail()) => continue,
+                    }
+                }
+            };
+            tokio::select! {
+                _ = self.term.cancelled() => return Err(Stop::TermOver),
+                _ = watcher.changed() => return Ok(()),
+            }
+        }
+    }
+
+    /// Triggers the leader does not run ([`plan::refused_triggers`]): recorded taken up
+    /// (`triggers_done`, fenced, compare-and-set on `state`), so that they are refused once
+    /// and the next trigger an operator adds runs as usual. `control` itself is left as the
+    /// operators wrote it.
+    async fn refuse_triggers(
+        &mut self,
+        refusal: plan::TriggerRefusal,
+    ) -> std::result::Result<(), Stop> {
+        let control_path = path::join(&self.inner.path, "control");
+        let reason = format!("{control_path}: {}", refusal.reason);
+        error!(
+            path = %self.inner.path,
+            id = %self.inner.id,
+            token = %self.term.token(),
+            node = %control_path,
+            triggers = self.control.triggers,
+            triggers_done = self.state.triggers_done,
+            up_to = refusal.up_to,
+            reason = %refusal.reason,
+            "refused the job's triggers: they are recorded taken up and not run"
+        );
+        let mut next = self.state.clone();
+        next.triggers_done = next.triggers_done.max(refusal.up_to);
+        self.write_state(next, Vec::new()).await?;
+        self.queue
+            .retain(|w| w.trigger.is_none_or(|n| n == 0 || n > refusal.up_to));
+        self.emit(JobEvent::ControlRefused { reason });
         Ok(())
     }
 
@@ -515,7 +672,17 @@ impl<'a> TermRun<'a> {
         loop {
             match client.get_and_watch_data(&control_path).await {
                 Ok((data, _, watcher)) => {
-                    self.control = Control::from_bytes(&control_path, &data)?;
+                    match Control::from_bytes(&control_path, &data) {
+                        Ok(control) => self.control = control,
+                        Err(e) => {
+                            // Not the operators' tools' data: the controls read before (the
+                            // defaults at a term's start) stay in force, and the job goes on.
+                            error!(path = %self.inner.path, id = %self.inner.id, node = %control_path, error = %e, "the job's control node does not parse: it is ignored until it changes");
+                            self.emit(JobEvent::ControlRefused {
+                                reason: e.to_string(),
+                            });
+                        }
+                    }
                     // The watch fires once (a change, or the session's end); a reload sets
                     // the next one, and its task replaces (aborts) the one before, which may
                     // still be waiting (a reload after a failure, not after a change).

@@ -2983,3 +2983,253 @@ async fn ensemble_now_writes_only_the_clock_node_and_leaves_state_and_control_al
     assert_eq!(runs.count(), 1, "the probes made the leader run something");
     job.close().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Inputs not taken on trust (issue 43): a raw client writes what a hostile or broken writer of
+// an open ensemble could.
+
+/// The next event `pick` selects, within `BOUND`.
+async fn next_event<T>(
+    events: &mut tokio::sync::broadcast::Receiver<JobEvent>,
+    what: &str,
+    mut pick: impl FnMut(&JobEvent) -> Option<T>,
+) -> T {
+    within(BOUND, what, async {
+        loop {
+            if let Ok(e) = events.recv().await
+                && let Some(t) = pick(&e)
+            {
+                break t;
+            }
+        }
+    })
+    .await
+}
+
+/// One write of `{"triggers": 1000000}` to `control` used to run the job back to back for
+/// ever (also while paused). A jump beyond `max_pending_triggers` is refused whole
+/// (`ControlRefused`, naming the node), recorded taken up, and none of it runs; a trigger
+/// whose business date is not a date is refused alone; the next trigger an operator adds (a
+/// compare-and-set of one) runs as usual.
+#[tokio::test]
+async fn a_trigger_jump_beyond_the_cap_is_refused_and_the_next_trigger_runs() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-trigger-jump");
+    let runs = Runs::default();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(Duration::from_secs(3600))
+        .max_pending_triggers(3)
+        .start(recorder("a", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    // The leader is up once it created `control`; then the hostile write.
+    let zk = s.client().unwrap();
+    let control = format!("{path}/control");
+    eventually(BOUND, "the leader created control", || async {
+        zk.get_data(&control).await.ok().map(|_| ())
+    })
+    .await;
+    zk.set_data(&control, br#"{"paused":true,"triggers":1000000}"#, None)
+        .await
+        .unwrap();
+    let reason = next_event(&mut events, "the trigger jump refused", |e| match e {
+        JobEvent::ControlRefused { reason } => Some(reason.clone()),
+        JobEvent::SlotStarted { slot, .. } => panic!("{slot} ran from the jump"),
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains(&control), "{reason}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        runs.count(),
+        0,
+        "a trigger of the jump ran: {:?}",
+        runs.all()
+    );
+    assert_eq!(job.admin().status().await.unwrap().triggers_pending, 0);
+    // A trigger for a "date" no operator's tool writes: refused alone.
+    zk.set_data(
+        &control,
+        br#"{"triggers":1000001,"trigger_for":{"1000001":{"date":"2026-13-45"}}}"#,
+        None,
+    )
+    .await
+    .unwrap();
+    let reason = next_event(&mut events, "the bad trigger refused", |e| match e {
+        JobEvent::ControlRefused { reason } => Some(reason.clone()),
+        JobEvent::SlotStarted { slot, .. } => panic!("{slot} ran"),
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains("trigger 1000001"), "{reason}");
+    // The operators' trigger (compare-and-set, plus one) runs.
+    assert_eq!(job.admin().trigger().await.unwrap(), 1_000_002);
+    eventually(BOUND, "the operator's trigger ran", || async {
+        runs.all()
+            .iter()
+            .any(|r| r.slot == "trigger-1000002")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(runs.count(), 1, "{:?}", runs.all());
+    job.close().await.unwrap();
+}
+
+/// `state` rewound behind the history (under `CatchUp::All` every slot since would run again)
+/// or garbage (every replica's term used to fail the same way, one after another): the leader
+/// refuses it (`StateRefused`, naming the node), keeps its term, takes up no slot, erases
+/// nothing, and the standby replica does not take over; deleting the node (the runbook's fix)
+/// lets the job go on.
+#[tokio::test]
+async fn a_rewound_or_garbage_state_holds_the_leader_without_churn_until_an_operator_fixes_it() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-state-rewound");
+    let runs = Runs::default();
+    let start = |who: &'static str| {
+        ScheduledJob::builder(&s, &path)
+            .id(who)
+            .every(Duration::from_millis(300))
+            .catch_up(CatchUp::All)
+            .start(recorder(who, &runs, Duration::ZERO))
+    };
+    let a = start("a").await.unwrap();
+    let b = start("b").await.unwrap();
+    let (mut a_events, mut b_events) = (a.events(), b.events());
+    succeeded(&s, &path, 3).await;
+    let zk = s.client().unwrap();
+    let state_path = format!("{path}/state");
+    let (data, _) = zk.get_data(&state_path).await.unwrap();
+    let mut rewound: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    rewound["cursor_ms"] = serde_json::json!(0);
+    zk.set_data(&state_path, &serde_json::to_vec(&rewound).unwrap(), None)
+        .await
+        .unwrap();
+    let refused = tokio::select! {
+        r = next_event(&mut a_events, "a refuses the state", |e| match e {
+            JobEvent::StateRefused { reason } => Some(reason.clone()),
+            _ => None,
+        }) => r,
+        r = next_event(&mut b_events, "b refuses the state", |e| match e {
+            JobEvent::StateRefused { reason } => Some(reason.clone()),
+            _ => None,
+        }) => r,
+    };
+    assert!(refused.contains(&state_path), "{refused}");
+    let held_at = runs.count();
+    let records = history(&s, &path).await.len();
+    // Garbage next: refused as well, still no churn.
+    zk.set_data(&state_path, b"{not json", None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The run in flight at the rewrite may have ended; nothing started since.
+    assert!(
+        runs.count() <= held_at + 1,
+        "slots ran on a refused state: {:?}",
+        &runs.all()[held_at..]
+    );
+    let mut refusals = 0;
+    for events in [&mut a_events, &mut b_events] {
+        while let Ok(e) = events.try_recv() {
+            match e {
+                JobEvent::StateRefused { .. } => refusals += 1,
+                JobEvent::SlotStarted { slot, .. } => panic!("{slot} started on a refused state"),
+                _ => {}
+            }
+        }
+    }
+    assert!(
+        (1..=2).contains(&refusals),
+        "the replicas churned over the refused state: {refusals} refusals"
+    );
+    assert!(history(&s, &path).await.len() >= records, "records erased");
+    assert_eq!(zk.get_data(&state_path).await.unwrap().0, b"{not json");
+    // The operator's fix: delete the node. The job goes on from the ensemble's now.
+    zk.delete(&state_path, None).await.unwrap();
+    let before = runs.count();
+    eventually(BOUND, "a slot ran after the state was deleted", || async {
+        (runs.count() > before).then_some(())
+    })
+    .await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    runs.assert_serial();
+}
+
+/// A record forged `succeeded` at a slot still to come, and at the next trigger's key, used to
+/// skip that slot and swallow that trigger (and spin the leader on it). The job writes a record
+/// only with the cursor (or trigger count) that covers it, so these suppress nothing: each is
+/// refused (`RecordRefused`) and the slot, and the trigger, run over them.
+#[tokio::test]
+async fn a_succeeded_record_forged_ahead_of_the_cursor_suppresses_nothing() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let s = session(server.connect_string(), Duration::from_secs(10)).await;
+    let path = testing::unique_path("cron-forged-record");
+    let runs = Runs::default();
+    let period = Duration::from_secs(1);
+    let schedule = Schedule::every(period).unwrap();
+    let job = ScheduledJob::builder(&s, &path)
+        .every(period)
+        .start(recorder("a", &runs, Duration::ZERO))
+        .await
+        .unwrap();
+    let mut events = job.events();
+    succeeded(&s, &path, 1).await;
+    let zk = s.client().unwrap();
+    let target = schedule.next_after(chrono_now_ms() + 2_000).unwrap();
+    let key = Schedule::key(target);
+    let forged = |slot: &str, nominal: i64| {
+        serde_json::to_vec(&serde_json::json!({
+            "slot": slot, "nominal_ms": nominal, "state": "succeeded", "token": 1,
+            "attempt": 1, "runner": "mallory", "started_ms": nominal, "ended_ms": nominal,
+            "exit_code": 0
+        }))
+        .unwrap()
+    };
+    let mode =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    zk.create(&format!("{path}/slots/{key}"), &forged(&key, target), &mode)
+        .await
+        .unwrap();
+    zk.create(
+        &format!("{path}/slots/trigger-1"),
+        &forged("trigger-1", target),
+        &mode,
+    )
+    .await
+    .unwrap();
+    let refused = next_event(&mut events, "the forged slot refused", |e| match e {
+        JobEvent::RecordRefused { slot, .. } if *slot == key => Some(()),
+        _ => None,
+    });
+    refused.await;
+    eventually(BOUND, "the forged slot ran", || async {
+        runs.all().iter().any(|r| r.slot == key).then_some(())
+    })
+    .await;
+    assert_eq!(job.admin().trigger().await.unwrap(), 1);
+    eventually(BOUND, "the trigger ran over its forged record", || async {
+        runs.all()
+            .iter()
+            .any(|r| r.slot == "trigger-1")
+            .then_some(())
+    })
+    .await;
+    job.close().await.unwrap();
+    let records = by_slot(&s, &path).await;
+    for k in [key.as_str(), "trigger-1"] {
+        assert_eq!(records[k].state, SlotState::Succeeded, "{k}");
+        assert_ne!(records[k].runner.as_deref(), Some("mallory"), "{k}");
+        assert!(records[k].token.unwrap() > 1, "{k}: {:?}", records[k]);
+    }
+}

@@ -25,6 +25,7 @@ fn state(cursor_ms: i64) -> JobState {
         cursor_ms,
         triggers_done: 0,
         tzdb: None,
+        records_until_ms: None,
     }
 }
 
@@ -794,4 +795,111 @@ fn failures_count_against_the_retries_and_cut_off_starts_against_max_attempts() 
     assert_eq!(plan.len(), 1);
     assert_eq!(plan[0].0.attempt, 4);
     assert_eq!(plan[0].1, Crash::Retry { attempt: 2 });
+}
+
+// Inputs not taken on trust (issue 43)
+
+#[test]
+fn a_trigger_jump_beyond_the_cap_is_refused_whole_and_a_bad_trigger_argument_alone() {
+    let mut s = state(slot(10));
+    s.triggers_done = 4;
+    let control = |triggers: u64| Control {
+        triggers,
+        ..Control::default()
+    };
+    // Up to the cap waiting: taken up one after another.
+    assert_eq!(refused_triggers(&s, &control(4), 10), None);
+    assert_eq!(refused_triggers(&s, &control(14), 10), None);
+    // One write of a huge count: refused whole, recorded taken up.
+    let refused = refused_triggers(&s, &control(1_000_000), 10).unwrap();
+    assert_eq!(refused.up_to, 1_000_000);
+    assert!(
+        refused.reason.contains("999996 triggers"),
+        "{}",
+        refused.reason
+    );
+    assert_eq!(refused_triggers(&s, &control(15), 10).unwrap().up_to, 15);
+    // A trigger whose argument an operator's tool would not have written: that one alone.
+    let mut bad = control(6);
+    bad.trigger_for.insert(
+        5,
+        TriggerFor {
+            slot: None,
+            date: Some("9999-99-99; rm -rf /".to_owned()),
+        },
+    );
+    let refused = refused_triggers(&s, &bad, 10).unwrap();
+    assert_eq!(refused.up_to, 5);
+    assert!(refused.reason.contains("trigger 5"), "{}", refused.reason);
+    let mut good = control(5);
+    good.trigger_for
+        .insert(5, TriggerFor::date("2026-12-03").unwrap());
+    assert_eq!(refused_triggers(&s, &good, 10), None);
+}
+
+#[test]
+fn a_state_behind_the_jobs_records_is_refused_and_one_brought_back_from_the_future_is_not() {
+    let now = slot(20) + 30_000;
+    let history = records(vec![
+        record(&key(8), slot(8), SlotState::Succeeded, 1),
+        record(&key(9), slot(9), SlotState::Succeeded, 1),
+        record("trigger-2", slot(9), SlotState::Succeeded, 1),
+    ]);
+    let mut s = state(slot(9));
+    s.triggers_done = 2;
+    assert_eq!(state_refused(&s, &history, now), None);
+    // The cursor moved back behind slot 9.
+    let reason = state_refused(&state(slot(3)), &history, now).unwrap();
+    assert!(reason.contains(&key(9)), "{reason}");
+    // A new job's unplaced cursor is not checked; a record of a slot still to come when the
+    // state was last written is not evidence against it (a forged one: see `foreign_final`).
+    assert_eq!(state_refused(&state(UNPLACED), &history, now), None);
+    let future = records(vec![record(&key(30), slot(30), SlotState::Succeeded, 1)]);
+    assert_eq!(state_refused(&state(slot(20)), &future, now), None);
+    assert_eq!(state_refused(&state(slot(9)), &history, slot(9) + 1), None);
+    // A cursor a leader brought back from the future covers the records up to where it stood.
+    let brought_back = align(&state(slot(30)), &every_minute(), slot(20), 10_000, false);
+    assert_eq!(brought_back.next.records_until_ms, Some(slot(30)));
+    assert_eq!(state_refused(&brought_back.next, &future, slot(31)), None);
+}
+
+#[test]
+fn a_final_record_beyond_the_cursor_or_the_trigger_count_is_not_the_jobs() {
+    let mut s = state(slot(10));
+    s.triggers_done = 3;
+    let scheduled = |n: i64| Work::first_run(slot(n));
+    let trigger = |n: u64| Work {
+        key: format!("trigger-{n}"),
+        nominal_ms: slot(10),
+        attempt: 1,
+        recovering: false,
+        trigger: Some(n),
+    };
+    assert!(
+        !foreign_final(&s, &scheduled(10)),
+        "at the cursor: the job's"
+    );
+    assert!(!foreign_final(&s, &scheduled(9)));
+    assert!(
+        foreign_final(&s, &scheduled(11)),
+        "beyond the cursor: forged"
+    );
+    assert!(!foreign_final(&s, &trigger(3)));
+    assert!(
+        foreign_final(&s, &trigger(4)),
+        "beyond the triggers taken up: forged"
+    );
+    let rerun = Work {
+        trigger: Some(0),
+        ..trigger(9)
+    };
+    assert!(
+        !foreign_final(&s, &rerun),
+        "a trigger's re-run is of the job's own record"
+    );
+    s.records_until_ms = Some(slot(12));
+    assert!(
+        !foreign_final(&s, &scheduled(11)),
+        "under a cursor brought back"
+    );
 }

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::{Stop, TICK, TermRun, new_version};
 use crate::error::Backoff;
@@ -74,7 +74,32 @@ impl TermRun<'_> {
     ) -> std::result::Result<Option<Duration>, Stop> {
         let token = self.term.token();
         let key = work.key.clone();
-        let existing = self.records.get(&key).cloned();
+        let mut existing = self.records.get(&key).cloned();
+        if let Some((r, version)) = &existing
+            && r.state.is_final()
+            && plan::foreign_final(&self.state, work)
+        {
+            // Not the job's: it writes a record only with the cursor (or the trigger count)
+            // that covers it. The slot is claimed over it (its version guards the write) and
+            // runs; the record's text is in the log.
+            let found = String::from_utf8_lossy(&r.to_bytes()).into_owned();
+            let reason = format!(
+                "{}: a {} record the job did not write (token {:?}, runner {:?}), beyond the job's cursor {} (or its trigger count {}): it suppresses nothing, the slot is run",
+                self.slot_path(&key),
+                r.state.as_str(),
+                r.token,
+                r.runner,
+                Schedule::key(self.state.cursor_ms),
+                self.state.triggers_done
+            );
+            error!(path = %self.inner.path, id = %self.inner.id, slot = %key, node = %self.slot_path(&key), record = %found, "refused a slot record the job did not write");
+            self.emit(JobEvent::RecordRefused {
+                slot: key.clone(),
+                reason,
+            });
+            let fresh = SlotRecord::not_run(&key, work.nominal_ms, SlotState::Running, "", 0);
+            existing = Some((fresh, *version));
+        }
         if let Some((r, _)) = &existing
             && r.state.is_final()
         {
@@ -91,7 +116,8 @@ impl TermRun<'_> {
             Some((r, _)) => r.clone(),
             None => SlotRecord::not_run(&key, work.nominal_ms, SlotState::Running, "", now),
         };
-        if existing.is_some() && record.state == SlotState::Running {
+        // (A foreign record's replacement is `running` with no attempt: nothing to end.)
+        if existing.is_some() && record.state == SlotState::Running && record.attempt > 0 {
             // Cut off in an earlier term: its attempt ends here, found by this term.
             record.end_attempt(AttemptEnd {
                 outcome: AttemptOutcome::CutOff,
@@ -150,6 +176,16 @@ impl TermRun<'_> {
                 _ = self.term.cancelled() => return Err(Stop::TermOver),
                 _ = tokio::time::sleep(Duration::from_millis(early).min(TICK)) => {}
             }
+        }
+        // The claim's sample of the ensemble's clock is checked before anything acts on it:
+        // after a step the run is not started (the slot stays `running` for the next term).
+        if self.clock_step.is_some() {
+            self.emit(JobEvent::SlotAbandoned {
+                slot: key.clone(),
+                token,
+                reason: "the ensemble's clock stepped at the claim".to_owned(),
+            });
+            return Err(self.check_step().err().unwrap_or(Stop::TermOver));
         }
         // Room for the new record within the history limit.
         self.prune().await;
@@ -478,8 +514,14 @@ impl TermRun<'_> {
     /// Deletes the oldest settled records beyond the history limit or age (best effort).
     pub(super) async fn prune(&mut self) {
         let limit = self.inner.policies.history_limit;
-        let max_age =
-            i64::try_from(self.inner.policies.history_max_age.as_millis()).unwrap_or(i64::MAX);
+        // Deleting by age needs a sample of the ensemble's clock that the one before it
+        // confirmed: a step (a quorum leader 40 days ahead) must not make the whole history
+        // "old" (issue 43). The count limit does not depend on the clock.
+        let max_age = if self.ensemble.confirmed() && self.clock_step.is_none() {
+            i64::try_from(self.inner.policies.history_max_age.as_millis()).unwrap_or(i64::MAX)
+        } else {
+            i64::MAX
+        };
         let doomed = plan::prune(&self.records, limit, max_age, self.now());
         for batch in doomed.chunks(50) {
             let ops: Vec<FencedOp> = batch
