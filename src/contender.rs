@@ -1137,7 +1137,7 @@ pub(crate) async fn read_participants(
 }
 
 /// Reads every node named like a contender among `children`, in election order, foreign ones
-/// marked (and reported).
+/// marked.
 async fn read_election(
     live: &Live,
     path: &str,
@@ -1156,7 +1156,9 @@ async fn read_election(
             Ok((data, stat)) => {
                 let foreign = is_foreign(&stat);
                 if foreign {
-                    report_foreign(path, node, &data, "participants");
+                    // Marked, not reported: a dashboard that lists every second would count it
+                    // every second. The contenders and observers that meet it report it once.
+                    debug!(node = %node, data = ?String::from_utf8_lossy(&data), "a foreign node in line");
                 }
                 let is_leader = !foreign && !leader_found;
                 leader_found |= is_leader;
@@ -1209,8 +1211,8 @@ pub struct ElectionNode {
 /// one, otherwise selector and mutex nodes (`lock-`). For tools like `zkr participants` that are
 /// pointed at a path without being told which recipe runs there.
 ///
-/// Nodes named like contenders but persistent are foreign: left out, and reported (an `error!`,
-/// the foreign-nodes metric).
+/// Nodes named like contenders but persistent are foreign: left out (the contenders and
+/// observers that meet one report it; [`election_nodes_on`] lists it).
 ///
 /// # Errors
 /// [`Error::TooManyChildren`] when the path has more than [`MAX_CHILDREN`](path::MAX_CHILDREN)

@@ -280,8 +280,8 @@ impl LeaderLatch {
     }
 
     /// Everyone in this election, in election order, the first marked leader. Foreign nodes
-    /// (named like contenders, but persistent) are left out and reported: see "Foreign nodes in
-    /// line" in [the spec](crate::specs::leader_latch).
+    /// (named like contenders, but persistent) are left out: see "Foreign nodes in line" in
+    /// [the spec](crate::specs::leader_latch).
     ///
     /// # Errors
     /// [`Error::TooManyChildren`] when the path has more than

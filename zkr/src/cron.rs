@@ -241,7 +241,8 @@ impl Introduce {
         if leader == Some(id) && participants.iter().filter(|p| p.id == id).count() == 1 {
             return; // it leads: its `leader` line comes from the job
         }
-        tracing::info!(path, id, leader, position = mine, "standing by");
+        // The leader's id is read from ZooKeeper: logged escaped.
+        tracing::info!(path, id, leader = ?leader, position = mine, "standing by");
         Out::Stderr.emit_best_effort(&Event::Standby {
             id,
             leader,
