@@ -30,6 +30,7 @@
 //!   ephemeral election path, an ACL it rejects) stops the contender with
 //!   [`Error::Refused`], which every wait of its recipe returns; other errors are retried.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -383,9 +384,20 @@ async fn run(shared: Arc<Shared>) {
     let mut node: Option<OwnNode> = None;
     let mut watch: Option<OwnWatch> = None;
     let mut listing: Option<Vec<String>> = None;
+    // Children of the path found to be foreign (named like contenders, but persistent): they
+    // take no place in line. Pruned to the names of each listing.
+    let mut foreign: HashSet<String> = HashSet::new();
     let mut backoff = Backoff::new(shared.session.connection_timeout());
     let exit = loop {
-        let step = step(&shared, &mut feed, &mut node, &mut watch, &mut listing).await;
+        let step = step(
+            &shared,
+            &mut feed,
+            &mut node,
+            &mut watch,
+            &mut listing,
+            &mut foreign,
+        )
+        .await;
         match step {
             Step::Again => {
                 backoff.succeed();
@@ -435,6 +447,7 @@ async fn step(
     node: &mut Option<OwnNode>,
     watch: &mut Option<OwnWatch>,
     listing: &mut Option<Vec<String>>,
+    foreign: &mut HashSet<String>,
 ) -> Step {
     let spec = &shared.spec;
     let Some(live) = wait_writable(shared, feed).await else {
@@ -538,7 +551,15 @@ async fn step(
             }
         }
     };
-    let sorted = path::sort_contenders(&children, spec.lock_name);
+    if let Err(e) = path::check_children(&spec.path, &children) {
+        // Read once and dropped: stop rather than read it again on every step.
+        return Step::Exit(Exit::Failed(e));
+    }
+    if !foreign.is_empty() {
+        let listed: HashSet<&str> = children.iter().map(String::as_str).collect();
+        foreign.retain(|name| listed.contains(name.as_str()));
+    }
+    let sorted = path::skip_foreign(path::sort_contenders(&children, spec.lock_name), foreign);
     match path::standing(&sorted, &own.name) {
         Standing::Missing => {
             warn!(node = %own.path, "our node is gone; joining again (CURATOR-724)");
@@ -551,6 +572,13 @@ async fn step(
             position,
         } => match wait_behind(shared, feed, &live, watch, &predecessor, position).await {
             Waited::Claim => lead_if_owned(shared, feed, &live, &own, node, watch).await,
+            Waited::Foreign => {
+                // Skip it from now on, and look again at the same listing: one read per foreign
+                // node, once, whatever the size of the line.
+                foreign.insert(predecessor);
+                *listing = Some(children);
+                Step::Again
+            }
             Waited::Step(Step::Exit(Exit::Gone)) => {
                 warn!(node = %own.path, "our node was deleted by someone else while waiting; joining again (CURATOR-724)");
                 forget_node(shared, node, watch);
@@ -806,6 +834,9 @@ async fn wait_for_recovery(shared: &Shared, feed: &mut StateFeed) -> Step {
 enum Waited {
     /// First in line now, known without a listing ([`first_without_listing`]): lead.
     Claim,
+    /// The predecessor is foreign: named like a contender but persistent. It never leaves by
+    /// itself; it is reported, and skipped from now on.
+    Foreign,
     /// Anything else, for `step` to return.
     Step(Step),
 }
@@ -845,12 +876,14 @@ async fn wait_behind(
         return Waited::Step(Step::Exit(Exit::Gone));
     }
     let watcher = match live.client.get_and_watch_data(&predecessor_path).await {
-        Ok((_, stat, watcher)) => {
-            if stat.ephemeral_owner == 0 {
-                // Named like a contender but persistent (made or rewritten by hand): it never
-                // leaves by itself, and Curator contenders wait behind it too. Say so.
-                warn!(predecessor = %predecessor_path,
-                    "the node ahead of ours is not ephemeral: it never leaves by itself; the election waits until an operator deletes it");
+        Ok((data, stat, watcher)) => {
+            if is_foreign(&stat) {
+                // Named like a contender but persistent (made or rewritten by hand, or by
+                // another tool): it never leaves by itself. No contender of ours has such a
+                // node, so skipping it can never make two leaders; Curator contenders still
+                // wait behind it.
+                report_foreign(&shared.spec.path, &predecessor_path, &data, "contender");
+                return Waited::Foreign;
             }
             watcher
         }
@@ -1084,24 +1117,58 @@ async fn list_for_participants(session: &Session, path: &str) -> Result<(Live, V
     Ok((live, children))
 }
 
-/// Reads the ids of the contenders among `children`, in election order.
+/// Reads the ids of the contenders among `children`, in election order. Foreign nodes (named
+/// like contenders, but persistent) are left out: they are not participants, and none leads.
 pub(crate) async fn read_participants(
     live: &Live,
     path: &str,
     children: &[String],
     lock_name: &str,
 ) -> Result<Vec<Participant>> {
+    Ok(read_election(live, path, children, lock_name)
+        .await?
+        .into_iter()
+        .filter(|n| !n.foreign)
+        .map(|n| Participant {
+            id: n.id,
+            is_leader: n.is_leader,
+        })
+        .collect())
+}
+
+/// Reads every node named like a contender among `children`, in election order, foreign ones
+/// marked.
+async fn read_election(
+    live: &Live,
+    path: &str,
+    children: &[String],
+    lock_name: &str,
+) -> Result<Vec<ElectionNode>> {
+    path::check_children(path, children)?;
     let sorted = path::sort_contenders(children, lock_name);
     let paths: Vec<String> = sorted.iter().map(|c| path::join(path, &c.name)).collect();
     // All reads are queued before the first is awaited: one round trip in all.
     let reads: Vec<_> = paths.iter().map(|p| live.client.get_data(p)).collect();
     let mut out = Vec::with_capacity(reads.len());
-    for read in reads {
+    let mut leader_found = false;
+    for ((read, contender), node) in reads.into_iter().zip(sorted).zip(&paths) {
         match read.await {
-            Ok((data, _)) => out.push(Participant {
-                id: String::from_utf8_lossy(&data).into_owned(),
-                is_leader: out.is_empty(),
-            }),
+            Ok((data, stat)) => {
+                let foreign = is_foreign(&stat);
+                if foreign {
+                    // Marked, not reported: a dashboard that lists every second would count it
+                    // every second. The contenders and observers that meet it report it once.
+                    debug!(node = %node, data = ?String::from_utf8_lossy(&data), "a foreign node in line");
+                }
+                let is_leader = !foreign && !leader_found;
+                leader_found |= is_leader;
+                out.push(ElectionNode {
+                    name: contender.name,
+                    id: String::from_utf8_lossy(&data).into_owned(),
+                    is_leader,
+                    foreign,
+                });
+            }
             Err(zookeeper_client::Error::NoNode) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -1109,12 +1176,48 @@ pub(crate) async fn read_participants(
     Ok(out)
 }
 
+/// Whether a node named like a contender is foreign: persistent (`ephemeralOwner == 0`), so that
+/// it never leaves by itself. Every contender's node is ephemeral. Only 0 counts: a container or
+/// TTL node's marker could be mistaken for a live session's id, and skipping a live contender
+/// would make two leaders.
+pub(crate) fn is_foreign(stat: &zookeeper_client::Stat) -> bool {
+    stat.ephemeral_owner == 0
+}
+
+/// Reports a foreign node found in line on `path`: an `error!` naming it (its name and data
+/// are foreign input: logged escaped, with `?`) and the foreign-nodes metric.
+pub(crate) fn report_foreign(path: &str, node: &str, data: &[u8], by: &'static str) {
+    error!(node = ?node, data = ?String::from_utf8_lossy(data), by,
+        "a persistent node is named like a contender: it never leaves by itself, so it takes no place in line here; Curator peers still wait behind it (the election stalls for them) until an operator deletes it");
+    crate::metrics::foreign_node(path);
+}
+
+/// A node under an election path named like a contender, as [`election_nodes_on`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct ElectionNode {
+    /// The child's name (`_c_<uuid>-latch-<seq>`, or whatever a foreign node is called).
+    pub name: String,
+    /// Its data as UTF-8 (lossy): the participant id. Foreign input: escape it before printing.
+    pub id: String,
+    /// Whether it leads: the first node in line that is not foreign.
+    pub is_leader: bool,
+    /// Named like a contender but persistent (`ephemeralOwner == 0`): it never leaves by
+    /// itself, so the recipes give it no place in line (a Curator peer still waits behind it).
+    pub foreign: bool,
+}
+
 /// The participants on `path` whatever recipe uses it: latch nodes (`latch-`) if any child is
 /// one, otherwise selector and mutex nodes (`lock-`). For tools like `zkr participants` that are
 /// pointed at a path without being told which recipe runs there.
 ///
+/// Nodes named like contenders but persistent are foreign: left out (the contenders and
+/// observers that meet one report it; [`election_nodes_on`] lists it).
+///
 /// # Errors
-/// [`Error::Timeout`] when no connection comes within the connection timeout; ZooKeeper errors.
+/// [`Error::TooManyChildren`] when the path has more than [`MAX_CHILDREN`](path::MAX_CHILDREN)
+/// children; [`Error::Timeout`] when no connection comes within the connection timeout;
+/// ZooKeeper errors.
 ///
 /// # Cancel safety
 /// Cancel safe: read-only.
@@ -1122,6 +1225,23 @@ pub async fn participants_on(session: &Session, path: &str) -> Result<Vec<Partic
     path::validate_path(path)?;
     let (live, children) = list_for_participants(session, path).await?;
     read_participants(&live, path, &children, path::lock_name_for(&children)).await
+}
+
+/// Every node on `path` named like a contender, in election order, foreign ones marked: what
+/// [`participants_on`] reads, with the nodes it leaves out. For tools that show an operator what
+/// stands in line (`zkr participants`).
+///
+/// # Errors
+/// [`Error::TooManyChildren`] when the path has more than [`MAX_CHILDREN`](path::MAX_CHILDREN)
+/// children; [`Error::Timeout`] when no connection comes within the connection timeout;
+/// ZooKeeper errors.
+///
+/// # Cancel safety
+/// Cancel safe: read-only.
+pub async fn election_nodes_on(session: &Session, path: &str) -> Result<Vec<ElectionNode>> {
+    path::validate_path(path)?;
+    let (live, children) = list_for_participants(session, path).await?;
+    read_election(&live, path, &children, path::lock_name_for(&children)).await
 }
 
 /// The leader among `participants`, or Curator's dummy participant (empty id, not leader).

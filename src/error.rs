@@ -208,6 +208,24 @@ pub enum Error {
         path: String,
     },
 
+    /// The path has more children than a recipe processes in one listing
+    /// ([`MAX_CHILDREN`](crate::path::MAX_CHILDREN)): something (a runaway client, a script, an
+    /// attacker with create rights) filled it. The listing was read once and dropped; nothing
+    /// was read per child. A contender that meets it stops for good and deletes its node,
+    /// rather than read the whole listing again on every step. Remove the extra children (or
+    /// use another path), then start again.
+    #[error(
+        "{path:?} has {count} children, more than the {max} a recipe processes in one listing; remove the extra children or use another path"
+    )]
+    TooManyChildren {
+        /// The path that was listed.
+        path: String,
+        /// How many children it had.
+        count: usize,
+        /// [`MAX_CHILDREN`](crate::path::MAX_CHILDREN).
+        max: usize,
+    },
+
     /// Any other error reported by ZooKeeper or the client.
     #[error("ZooKeeper error: {0}")]
     Zookeeper(#[source] zookeeper_client::Error),

@@ -144,7 +144,7 @@ mod state;
 
 pub use acl::NodeAcl;
 pub use clock::{BootTime, Clock, TestClock};
-pub use contender::{Participant, leader_of, participants_on};
+pub use contender::{ElectionNode, Participant, election_nodes_on, leader_of, participants_on};
 pub use error::{BoxError, Error, Result};
 pub use fencing::{Fence, FencedOp, FencedResult, FencingToken, Leadership, StaleToken, TermEnd};
 pub use leader::{

@@ -21,6 +21,7 @@
 //! | `zookeeper_recipes_deadline_misses_total` | counter | `path`, `id` | terms whose deadline ([`Leadership::valid_until`](crate::Leadership::valid_until)) passed before anything else ended them: a leader that was frozen or cut off |
 //! | `zookeeper_recipes_leader_changes_total` | counter | `path` | handovers seen by a [`LeaderObserver`](crate::LeaderObserver): the leader it reports changed |
 //! | `zookeeper_recipes_selector_overruns_total` | counter | `path` | [`LeaderSelector`](crate::LeaderSelector) closures aborted after their grace period |
+//! | `zookeeper_recipes_foreign_nodes_total` | counter | `path` | foreign nodes a contender or an observer found in line on `path`: named like contenders but persistent (`ephemeralOwner == 0`), so that they never leave by themselves. Each is skipped (takes no place in line), logged with `error!`, and counted once by each contender or observer that finds it; a Curator peer still waits behind it. Alert on any increase |
 //! | `zookeeper_recipes_connection_state_changes_total` | counter | `state` | connection state changes of every [`Session`](crate::Session) (`connected`, `suspended`, `reconnected`, `lost`, `read_only`, `closed`) |
 //! | `zookeeper_recipes_session_losses_total` | counter | | sessions lost (`Lost`: the servers said the session expired, or the client gave up on it; a deliberate close is not counted) |
 //! | `zookeeper_recipes_lease_lapses_total` | counter | | leases that lapsed: a session could not prove within its timeout that the quorum heard of it, so every term on it ended (the session itself was kept) |
@@ -64,6 +65,8 @@ pub const DEADLINE_MISSES: &str = "zookeeper_recipes_deadline_misses_total";
 pub const LEADER_CHANGES: &str = "zookeeper_recipes_leader_changes_total";
 /// Selector closures aborted after their grace period.
 pub const SELECTOR_OVERRUNS: &str = "zookeeper_recipes_selector_overruns_total";
+/// Foreign (persistent) nodes found in line.
+pub const FOREIGN_NODES: &str = "zookeeper_recipes_foreign_nodes_total";
 /// Connection state changes.
 pub const CONNECTION_STATE_CHANGES: &str = "zookeeper_recipes_connection_state_changes_total";
 /// Sessions lost.
@@ -148,6 +151,13 @@ pub(crate) fn leader_changed(path: &str) {
 pub(crate) fn selector_overrun(path: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(SELECTOR_OVERRUNS, "path" => path.to_owned()).increment(1);
+}
+
+/// A contender or an observer on `path` found a foreign node in line (and skips it).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn foreign_node(path: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(FOREIGN_NODES, "path" => path.to_owned()).increment(1);
 }
 
 /// A session's connection state changed to `state` (a `ConnectionState` name); `lost` when the

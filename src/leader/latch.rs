@@ -279,17 +279,21 @@ impl LeaderLatch {
             .map_err(|_| Error::Timeout(timeout))?
     }
 
-    /// Everyone in this election, in election order, the first marked leader.
+    /// Everyone in this election, in election order, the first marked leader. Foreign nodes
+    /// (named like contenders, but persistent) are left out: see "Foreign nodes in line" in
+    /// [the spec](crate::specs::leader_latch).
     ///
     /// # Errors
-    /// [`Error::Timeout`] when no connection comes within the connection timeout; ZooKeeper
-    /// errors.
+    /// [`Error::TooManyChildren`] when the path has more than
+    /// [`MAX_CHILDREN`](crate::path::MAX_CHILDREN) children; [`Error::Timeout`] when no
+    /// connection comes within the connection timeout; ZooKeeper errors.
     ///
     /// # Cancel safety
     /// Cancel safe: read-only.
     ///
     /// # Curator
-    /// `getParticipants()`; works on paths that Curator latches use.
+    /// `getParticipants()`; works on paths that Curator latches use. Curator lists a foreign
+    /// node too, and marks it leader when it sorts first.
     pub async fn participants(&self) -> Result<Vec<Participant>> {
         contender::participants(&self.session, &self.path, LATCH_LOCK_NAME).await
     }

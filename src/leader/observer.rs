@@ -246,7 +246,8 @@ impl LeaderObserver {
     }
 
     /// Why the observer stopped by itself ([`Error::Refused`]: the server refuses to let this
-    /// session read the path, say for lack of permission), if it did. Its watch keeps the last
+    /// session read the path, say for lack of permission; [`Error::TooManyChildren`]: the path
+    /// has more than [`MAX_CHILDREN`](crate::path::MAX_CHILDREN) children), if it did. Its watch keeps the last
     /// report, unconfirmed, and [`events`](Self::events) has ended.
     pub fn failure(&self) -> Option<Error> {
         self.shared.failure.get().cloned()
@@ -274,6 +275,9 @@ struct Memory {
     /// The highest token ever reported: a lower one can only come from a server that lags
     /// behind, even after a `None` report in between.
     highest: Option<FencingToken>,
+    /// Children found to be foreign (named like contenders, but persistent): passed over.
+    /// Pruned to the names of each listing.
+    foreign: std::collections::HashSet<String>,
 }
 
 impl Memory {
@@ -318,14 +322,19 @@ async fn run(shared: std::sync::Arc<Shared>) {
             let look = tokio::select! {
                 biased;
                 _ = shared.stop.cancelled() => break 'session,
-                look = look(&shared, &live, &memory) => look,
+                look = look(&shared, &live, &mut memory) => look,
             };
             let look = match look {
                 Ok(look) => {
                     backoff.succeed();
                     look
                 }
-                Err(e) if crate::error::is_refusal(&e) => {
+                Err(LookFailed::TooManyChildren(err)) => {
+                    error!(error = %err, "the election path has too many children to follow; the observer stops");
+                    let _ = shared.failure.set(err);
+                    break 'session;
+                }
+                Err(LookFailed::Zk(e)) if crate::error::is_refusal(&e) => {
                     let err = Error::Refused {
                         operation: "read",
                         path: shared.path.clone(),
@@ -335,7 +344,7 @@ async fn run(shared: std::sync::Arc<Shared>) {
                     let _ = shared.failure.set(err);
                     break 'session;
                 }
-                Err(e) => {
+                Err(LookFailed::Zk(e)) => {
                     if memory.reported_is_gone() {
                         // The server said the leader is gone and we cannot ask who follows:
                         // say there is none rather than keep a leader known to be gone.
@@ -385,7 +394,8 @@ fn publish(shared: &Shared, memory: &mut Memory, leader: Option<LeaderInfo>, ses
     debug!(session_id = %hex(session_id), "observing on this session");
     match &leader {
         Some(l) => {
-            info!(leader = %l.id, node = %l.node, token = %l.token, "observed a new leader")
+            // The id is the node's data: foreign input, logged escaped.
+            info!(leader = ?l.id, node = %l.node, token = %l.token, "observed a new leader")
         }
         None => info!("observed that nobody leads"),
     }
@@ -412,18 +422,34 @@ fn report_state(shared: &Shared, status: &SessionStatus) {
     });
 }
 
+/// Why a look failed.
+enum LookFailed {
+    /// A request failed: retried, unless the server refuses (then the observer stops).
+    Zk(zookeeper_client::Error),
+    /// The path has more children than [`path::MAX_CHILDREN`]: the observer stops.
+    TooManyChildren(Error),
+}
+
+impl From<zookeeper_client::Error> for LookFailed {
+    fn from(e: zookeeper_client::Error) -> Self {
+        LookFailed::Zk(e)
+    }
+}
+
 /// Lists the path and sets the one watch: on the first contender's node (its data and stat
-/// are the report), else on the path's children, else on the path's existence.
+/// are the report), else on the path's children, else on the path's existence. A node named like
+/// a contender but persistent is foreign: reported once, remembered, and passed over (one read
+/// each, once), as the contenders do.
 async fn look(
     shared: &Shared,
     live: &Live,
-    memory: &Memory,
-) -> std::result::Result<Look, zookeeper_client::Error> {
+    memory: &mut Memory,
+) -> std::result::Result<Look, LookFailed> {
     use zookeeper_client::Error as Zk;
     let client = &live.client;
     let path = shared.path.as_str();
     let mut synced = false;
-    loop {
+    'list: loop {
         let children = match client.list_children(path).await {
             Ok(children) => children,
             Err(Zk::NoNode) => match client.check_and_watch_stat(path).await {
@@ -436,72 +462,87 @@ async fn look(
                 }
                 // Created in between: list again (dropping the watcher removes its watch).
                 Ok((Some(_), _)) => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             },
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
+        path::check_children(path, &children).map_err(LookFailed::TooManyChildren)?;
+        if !memory.foreign.is_empty() {
+            let listed: std::collections::HashSet<&str> =
+                children.iter().map(String::as_str).collect();
+            memory.foreign.retain(|name| listed.contains(name.as_str()));
+        }
         let lock_name = shared
             .lock_name
             .as_deref()
             .unwrap_or_else(|| path::lock_name_for(&children));
-        let Some(first) = path::sort_contenders(&children, lock_name)
-            .into_iter()
-            .next()
-        else {
-            // No contender: watch the children, and judge by the listing that set the watch.
-            match client.list_and_watch_children(path).await {
-                Ok((children, watcher)) => {
-                    let lock_name = shared
-                        .lock_name
-                        .as_deref()
-                        .unwrap_or_else(|| path::lock_name_for(&children));
-                    if path::sort_contenders(&children, lock_name).is_empty() {
-                        return Ok(Look {
-                            leader: None,
-                            watcher,
-                            watching: "the path's children",
-                        });
-                    }
-                    continue;
-                }
-                Err(Zk::NoNode) => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        let node = path::join(path, &first.name);
-        match client.get_and_watch_data(&node).await {
-            Ok((data, stat, watcher)) => {
-                let found = LeaderInfo {
-                    id: String::from_utf8_lossy(&data).into_owned(),
-                    token: FencingToken::from_raw(stat.czxid),
-                    node,
-                };
-                if is_stale(&found, memory) {
-                    if synced {
-                        if memory.gone.as_deref() == Some(found.node.as_str()) {
-                            // Still there after a sync: a server contradicting itself. Try
-                            // again later rather than report a node it said is gone.
-                            return Err(Zk::ConnectionLoss);
+        let mut in_line =
+            path::skip_foreign(path::sort_contenders(&children, lock_name), &memory.foreign)
+                .into_iter();
+        loop {
+            let Some(first) = in_line.next() else {
+                // No contender: watch the children, and judge by the listing that set the watch.
+                match client.list_and_watch_children(path).await {
+                    Ok((children, watcher)) => {
+                        let lock_name = shared
+                            .lock_name
+                            .as_deref()
+                            .unwrap_or_else(|| path::lock_name_for(&children));
+                        let sorted = path::sort_contenders(&children, lock_name);
+                        if path::skip_foreign(sorted, &memory.foreign).is_empty() {
+                            return Ok(Look {
+                                leader: None,
+                                watcher,
+                                watching: "the path's children",
+                            });
                         }
-                        // An older token after a sync is the truth (say the contenders
-                        // switched lock names): report it.
-                    } else {
-                        debug!(node = %found.node, "listing contradicts what we saw; syncing the server first");
+                        continue 'list;
+                    }
+                    Err(Zk::NoNode) => continue 'list,
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            let node = path::join(path, &first.name);
+            match client.get_and_watch_data(&node).await {
+                Ok((data, stat, watcher)) => {
+                    if crate::contender::is_foreign(&stat) {
+                        crate::contender::report_foreign(path, &node, &data, "observer");
+                        memory.foreign.insert(first.name);
                         drop(watcher);
-                        client.sync(path).await?;
-                        synced = true;
                         continue;
                     }
+                    let found = LeaderInfo {
+                        id: String::from_utf8_lossy(&data).into_owned(),
+                        token: FencingToken::from_raw(stat.czxid),
+                        node,
+                    };
+                    if is_stale(&found, memory) {
+                        if synced {
+                            if memory.gone.as_deref() == Some(found.node.as_str()) {
+                                // Still there after a sync: a server contradicting itself. Try
+                                // again later rather than report a node it said is gone.
+                                return Err(Zk::ConnectionLoss.into());
+                            }
+                            // An older token after a sync is the truth (say the contenders
+                            // switched lock names): report it.
+                        } else {
+                            debug!(node = %found.node, "listing contradicts what we saw; syncing the server first");
+                            drop(watcher);
+                            client.sync(path).await?;
+                            synced = true;
+                            continue 'list;
+                        }
+                    }
+                    return Ok(Look {
+                        leader: Some(found),
+                        watcher,
+                        watching: "the leader's node",
+                    });
                 }
-                return Ok(Look {
-                    leader: Some(found),
-                    watcher,
-                    watching: "the leader's node",
-                });
+                // Gone between listing and reading: list again.
+                Err(Zk::NoNode) => continue 'list,
+                Err(e) => return Err(e.into()),
             }
-            // Gone between listing and reading: list again.
-            Err(Zk::NoNode) => continue,
-            Err(e) => return Err(e),
         }
     }
 }
@@ -571,6 +612,7 @@ mod tests {
             reported_once: true,
             gone: Some("/e/n1".into()),
             highest: Some(FencingToken::from_raw(10)),
+            ..Memory::default()
         };
         assert!(is_stale(&info("/e/n1", 10), &memory));
         assert!(!is_stale(&info("/e/n2", 12), &memory));
@@ -583,6 +625,7 @@ mod tests {
             reported_once: true,
             gone: None,
             highest: Some(FencingToken::from_raw(20)),
+            ..Memory::default()
         };
         assert!(is_stale(&info("/e/n1", 10), &memory));
         assert!(!is_stale(&info("/e/n2", 20), &memory));

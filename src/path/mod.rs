@@ -7,8 +7,8 @@ mod naming;
 pub(crate) use connect::{ConnectString, Transport, validate_chroot};
 pub use naming::{LATCH_LOCK_NAME, MUTEX_LOCK_NAME};
 pub(crate) use naming::{
-    Standing, lock_name_for, protected_prefix, sequence_of, sort_contenders, standing,
-    validate_lock_name,
+    Standing, lock_name_for, protected_prefix, sequence_of, skip_foreign, sort_contenders,
+    standing, validate_lock_name,
 };
 
 use crate::error::{Error, Result};
@@ -92,6 +92,31 @@ pub(crate) fn join(parent: &str, child: &str) -> String {
 /// a write to a pipe is atomic, so lines of concurrent writers never interleave) even when every
 /// byte of the id needs escaping, and a thousand participants cost a quarter of a MiB to list.
 pub const MAX_ID_LEN: usize = 256;
+
+/// The most children of one path a recipe processes in one listing.
+///
+/// Every contender step, participant listing and observer look reads the election path's
+/// children (zookeeper-client reads a listing whole); [`participants`](crate::LeaderLatch::participants)
+/// then reads each one's data. A path with more children than this gives
+/// [`Error::TooManyChildren`] at once instead: a contender stops for good rather than read the
+/// listing again on every step, and nobody reads the children's data. 10 000 contender names
+/// (57 bytes each with Curator's protected prefix) make a reply of about 600 KB, within the
+/// 1 MB that a Java client (Curator's peers) reads by default (`jute.maxbuffer`): a path with
+/// more is broken for them anyway.
+pub const MAX_CHILDREN: usize = 10_000;
+
+/// [`Error::TooManyChildren`] when `children` (the listing of `path`) is longer than
+/// [`MAX_CHILDREN`].
+pub(crate) fn check_children(path: &str, children: &[String]) -> Result<()> {
+    if children.len() > MAX_CHILDREN {
+        return Err(Error::TooManyChildren {
+            path: path.to_owned(),
+            count: children.len(),
+            max: MAX_CHILDREN,
+        });
+    }
+    Ok(())
+}
 
 /// Checks a participant id: Curator stores it as the node's data, and an empty id could not be
 /// told apart from "no id".
@@ -195,6 +220,25 @@ mod tests {
             "pod-7f9c/statement job \u{e9}\u{20ac}".into(),
         ] {
             assert!(validate_id(&good).is_ok(), "{good:?} should be accepted");
+        }
+    }
+
+    #[test]
+    fn a_listing_longer_than_max_children_is_a_typed_error() {
+        let at_max: Vec<String> = (0..MAX_CHILDREN)
+            .map(|i| format!("latch-{i:010}"))
+            .collect();
+        assert!(check_children("/e", &at_max).is_ok());
+        let mut over = at_max;
+        over.push("one-more".into());
+        match check_children("/e", &over) {
+            Err(Error::TooManyChildren { path, count, max }) => {
+                assert_eq!(
+                    (path.as_str(), count, max),
+                    ("/e", MAX_CHILDREN + 1, MAX_CHILDREN)
+                );
+            }
+            other => panic!("expected TooManyChildren, got {other:?}"),
         }
     }
 

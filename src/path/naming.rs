@@ -74,6 +74,20 @@ pub(crate) fn sort_contenders(children: &[String], lock_name: &str) -> Vec<Conte
     out
 }
 
+/// Leaves out of `sorted` the nodes known to be foreign: named like contenders but persistent
+/// (`ephemeralOwner == 0`, made by hand or by another tool), so that they never leave by
+/// themselves. They take no place in line: the first node left is the leader, and each
+/// contender watches the one left just ahead of it.
+pub(crate) fn skip_foreign(
+    mut sorted: Vec<Contender>,
+    foreign: &std::collections::HashSet<String>,
+) -> Vec<Contender> {
+    if !foreign.is_empty() {
+        sorted.retain(|c| !foreign.contains(&c.name));
+    }
+    sorted
+}
+
 /// The lock name a path's contenders use, when nobody says: `latch-` if any child is a latch
 /// node, otherwise `lock-` (selectors and mutexes). Curator never mixes both under one path.
 pub(crate) fn lock_name_for(children: &[String]) -> &'static str {
@@ -256,6 +270,34 @@ mod tests {
             standing(&sorted, "_c_gone-latch-0000000009"),
             Standing::Missing
         );
+    }
+
+    #[test]
+    fn a_known_foreign_node_takes_no_place_in_line() {
+        let children: Vec<String> = [
+            "x-latch-0000000000",
+            "_c_a-latch-0000000001",
+            "_c_p-latch-0000000002",
+            "_c_b-latch-0000000003",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let foreign: std::collections::HashSet<String> = [
+            "x-latch-0000000000".to_owned(),
+            "_c_p-latch-0000000002".to_owned(),
+        ]
+        .into();
+        let sorted = skip_foreign(sort_contenders(&children, "latch-"), &foreign);
+        assert_eq!(standing(&sorted, "_c_a-latch-0000000001"), Standing::First);
+        assert_eq!(
+            standing(&sorted, "_c_b-latch-0000000003"),
+            Standing::Behind {
+                predecessor: "_c_a-latch-0000000001".into(),
+                position: 1
+            }
+        );
+        assert_eq!(standing(&sorted, "x-latch-0000000000"), Standing::Missing);
     }
 
     /// Property tests: the election order is Curator's on every name either side counts.

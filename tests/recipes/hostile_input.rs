@@ -18,9 +18,11 @@ use common::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acl, Acls, AuthId, CreateMode, LockPrefix, Permission};
 use zookeeper_recipes::job::{JobAdmin, ScheduledJob};
+use zookeeper_recipes::path::MAX_CHILDREN;
 use zookeeper_recipes::{
     ConnectionState, Error, FencedOp, InterProcessMutex, LatchEvent, LeaderLatch, LeaderObserver,
     LeaderPool, LeaderSelector, Leadership, NodeAcl, SelectorState, Session, TermEnd,
+    election_nodes_on, participants_on,
 };
 use zookeeper_recipes_testing as testing;
 
@@ -684,7 +686,8 @@ async fn an_existing_election_path_keeps_its_acl_until_an_operator_sets_one() {
 }
 
 #[tokio::test]
-async fn a_leaders_node_rewritten_by_another_client_keeps_its_term_and_an_impostor_only_stalls() {
+async fn a_leaders_node_rewritten_by_another_client_keeps_its_term_and_a_persistent_impostor_is_skipped()
+ {
     if !zookeeper() {
         return;
     }
@@ -735,36 +738,34 @@ async fn a_leaders_node_rewritten_by_another_client_keeps_its_term_and_an_impost
         term.fenced([FencedOp::set_data(&data, b"stale")]).await,
         Err(Error::NotLeader { .. })
     ));
-    // The latch rejoins, behind the impostor, which never leaves by itself (a warning says so):
-    // the election stalls, as Curator's would, and never crashes or elects two.
-    let second_node = eventually(BOUND, "the latch to rejoin with a new node", || async {
-        latch.our_path().filter(|p| p != term.path())
-    })
-    .await;
-    let ids: Vec<String> = eventually(BOUND, "both nodes to be listed", || async {
-        let ids: Vec<String> = latch
-            .participants()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|p| p.id)
-            .collect();
-        (ids.len() == 2).then_some(ids)
-    })
-    .await;
-    assert_eq!(ids, ["impostor", "a"]);
-    assert!(!latch.has_leadership());
-    // An operator removes it: the latch leads from its new node, with a higher token.
-    zk.delete(term.path(), None).await.unwrap();
+    // The latch rejoins with a new node. The impostor sorts first but is persistent, so it is
+    // foreign: skipped (an `error!` names it) and the latch leads from its new node, with a
+    // higher token. Before issue 43 the election stalled behind it (as Curator's still does)
+    // until an operator deleted it.
     let next = within(
         BOUND,
-        "leadership after the impostor goes",
+        "leadership past the persistent impostor",
         latch.await_leadership(),
     )
     .await
     .unwrap();
-    assert_eq!(next.path(), second_node);
+    assert_ne!(next.path(), term.path());
     assert!(next.token() > term.token());
+    let ids: Vec<String> = latch
+        .participants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["a"], "the impostor is no participant");
+    let nodes = election_nodes_on(&admin, &path).await.unwrap();
+    let seen: Vec<(&str, bool, bool)> = nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.is_leader, n.foreign))
+        .collect();
+    assert_eq!(seen, [("impostor", false, true), ("a", true, false)]);
+    zk.delete(term.path(), None).await.unwrap();
     latch.close().await.unwrap();
     assert!(children(&admin, &path).await.is_empty());
 }
@@ -1215,4 +1216,213 @@ async fn a_job_admin_creates_control_with_its_acl_and_an_intruder_cannot_steer_t
         admin.status().await.unwrap().paused,
         "the intruder resumed the job"
     );
+}
+
+/// The id of issue 43: an OSC title sequence ending in a bell, a newline, then a command.
+const HOSTILE_ID: &str = "\u{1b}]0;pwned\u{7}\nrm -rf";
+
+/// A persistent node named like a contender (by hand, a backup's restore, another tool) never
+/// leaves by itself. Before issue 43, one sorting first stalled the election for good (every
+/// latch waited behind it, the observer reported it as the leader). Now it is foreign: skipped
+/// by the contenders and the observer, left out of the participants, listed marked by
+/// `election_nodes_on`; one in the middle of the line does not break the handover past it.
+#[tokio::test]
+async fn a_persistent_node_named_like_a_contender_is_skipped_reported_and_not_a_participant() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let (s1, s2) = (
+        session(server.connect_string(), Duration::from_secs(10)).await,
+        session(server.connect_string(), Duration::from_secs(10)).await,
+    );
+    let admin = session(server.connect_string(), Duration::from_secs(10)).await;
+    let zk = admin.client().unwrap();
+    let path = testing::unique_path("foreign-in-line");
+    zk.mkdir(&path, &persistent()).await.unwrap();
+    let first = format!("{path}/x-latch-0000000000");
+    zk.create(&first, HOSTILE_ID.as_bytes(), &persistent())
+        .await
+        .unwrap();
+    let observer = LeaderObserver::builder(&s2, &path).start().await.unwrap();
+    let a = LeaderLatch::builder(&s1, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let a_term = within(
+        BOUND,
+        "a to lead past the foreign node that sorts first",
+        a.await_leadership(),
+    )
+    .await
+    .unwrap();
+    eprintln!("a led {} ms after its start", ms(started.elapsed()));
+    // A persistent node in the middle of the line, sequenced by the server like a contender.
+    let middle_prefix = format!("{path}/_c_{}-latch-", uuid::Uuid::new_v4());
+    let (_, sequence) = zk
+        .create(
+            &middle_prefix,
+            b"middle",
+            &CreateMode::PersistentSequential.with_acls(Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let middle = format!("{middle_prefix}{sequence}");
+    let b = LeaderLatch::builder(&s2, &path)
+        .id("b")
+        .start()
+        .await
+        .unwrap();
+    within(BOUND, "b to join", b.wait_joined(BOUND))
+        .await
+        .unwrap();
+    let leader = eventually(BOUND, "the observer to report a", || async {
+        observer.leader().filter(|l| l.id == "a")
+    })
+    .await;
+    assert_eq!(leader.token, a_term.token());
+
+    let ids: Vec<String> = participants_on(&admin, &path)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.id)
+        .collect();
+    assert_eq!(ids, ["a", "b"], "foreign nodes are no participants");
+    let nodes = election_nodes_on(&admin, &path).await.unwrap();
+    let seen: Vec<(&str, bool, bool)> = nodes
+        .iter()
+        .map(|n| (n.id.as_str(), n.is_leader, n.foreign))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (HOSTILE_ID, false, true),
+            ("a", true, false),
+            ("middle", false, true),
+            ("b", false, false)
+        ]
+    );
+    assert_eq!(nodes[0].name, "x-latch-0000000000");
+
+    // b waits behind a, past the middle node: a's close hands over to b.
+    assert!(!b.has_leadership());
+    a.close().await.unwrap();
+    let b_term = within(
+        BOUND,
+        "b to lead past the foreign node ahead of it",
+        b.await_leadership(),
+    )
+    .await
+    .unwrap();
+    assert!(b_term.token() > a_term.token());
+    eventually(BOUND, "the observer to report b", || async {
+        observer.leader().filter(|l| l.id == "b")
+    })
+    .await;
+    b.close().await.unwrap();
+    observer.close().await.unwrap();
+    zk.delete(&first, None).await.unwrap();
+    zk.delete(&middle, None).await.unwrap();
+    assert!(children(&admin, &path).await.is_empty());
+}
+
+/// 200,000 children named like contenders (persistent, as a runaway script would leave them):
+/// before issue 43 every contender step read them all, and `participants()` read each one's
+/// data. Now the first listing gives `TooManyChildren` (within 5 s), the latch stops and deletes
+/// its node, and the observer stops with the same error.
+#[tokio::test]
+async fn an_election_path_with_200000_children_is_refused_with_too_many_children_within_5s() {
+    if !zookeeper() {
+        return;
+    }
+    const CHILDREN: usize = 200_000;
+    // A server of its own: 200,000 nodes would burden the shared one's other tests.
+    let server = common::own_server().await;
+    let connect = server.connect_string();
+    let admin = session(connect, Duration::from_secs(10)).await;
+    let zk = admin.client().unwrap();
+    let path = testing::unique_path("too-many");
+    zk.mkdir(&path, &persistent()).await.unwrap();
+    let made = Instant::now();
+    let prefix = format!("{path}/_c_{}-latch-", uuid::Uuid::new_v4());
+    let options = persistent();
+    for batch in (0..CHILDREN).collect::<Vec<_>>().chunks(8_000) {
+        // Eight multis of 1,000 creates in flight at a time.
+        let mut commits = Vec::new();
+        for part in batch.chunks(1_000) {
+            let mut multi = zk.new_multi_writer();
+            for i in part {
+                multi
+                    .add_create(&format!("{prefix}{i:010}"), b"", &options)
+                    .unwrap();
+            }
+            commits.push(async move { multi.commit().await });
+        }
+        for result in futures::future::join_all(commits).await {
+            result.unwrap();
+        }
+    }
+    eprintln!("{CHILDREN} children made in {} ms", ms(made.elapsed()));
+
+    // What a plain listing costs (zookeeper-client reads the reply whole; the server does not
+    // hold a reply to jute.maxbuffer).
+    let listed = Instant::now();
+    let raw = zk.list_children(&path).await;
+    let bytes: usize = raw
+        .as_ref()
+        .map(|c| c.iter().map(|n| n.len() + 4).sum())
+        .unwrap_or(0);
+    eprintln!(
+        "a raw listing: {:?} children, {bytes} bytes of names, in {} ms",
+        raw.as_ref().map(Vec::len),
+        ms(listed.elapsed())
+    );
+    assert_eq!(raw.map(|c| c.len()).ok(), Some(CHILDREN));
+
+    let too_many = |e: &Error| {
+        matches!(e, Error::TooManyChildren { path: p, count, max }
+            if *p == path && *count >= CHILDREN && *max == MAX_CHILDREN)
+    };
+    let five = Duration::from_secs(5);
+    let s = session(connect, Duration::from_secs(10)).await;
+    let latch = LeaderLatch::builder(&s, &path)
+        .id("a")
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = within(five, "the latch to give up", latch.await_leadership())
+        .await
+        .unwrap_err();
+    eprintln!("latch: {err} after {} ms", ms(started.elapsed()));
+    assert!(too_many(&err), "{err:?}");
+    assert!(too_many(&latch.failure().unwrap()));
+    let started = Instant::now();
+    let err = within(five, "participants to give up", latch.participants())
+        .await
+        .unwrap_err();
+    eprintln!("participants: {err} after {} ms", ms(started.elapsed()));
+    assert!(too_many(&err), "{err:?}");
+    let observer = LeaderObserver::builder(&s, &path).start().await.unwrap();
+    let started = Instant::now();
+    let err = eventually(five, "the observer to stop", || async {
+        observer.failure()
+    })
+    .await;
+    eprintln!("observer: {err} after {} ms", ms(started.elapsed()));
+    assert!(too_many(&err), "{err:?}");
+    // The latch deleted its node: only the 200,000 are left.
+    let stat = eventually(five, "the latch's node to go", || async {
+        zk.check_stat(&path)
+            .await
+            .unwrap()
+            .filter(|stat| stat.num_children as usize == CHILDREN)
+    })
+    .await;
+    assert_eq!(stat.num_children as usize, CHILDREN);
+    latch.close().await.unwrap();
+    observer.close().await.unwrap();
 }

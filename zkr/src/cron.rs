@@ -241,7 +241,8 @@ impl Introduce {
         if leader == Some(id) && participants.iter().filter(|p| p.id == id).count() == 1 {
             return; // it leads: its `leader` line comes from the job
         }
-        tracing::info!(path, id, leader, position = mine, "standing by");
+        // The leader's id is read from ZooKeeper: logged escaped.
+        tracing::info!(path, id, leader = ?leader, position = mine, "standing by");
         Out::Stderr.emit_best_effort(&Event::Standby {
             id,
             leader,
@@ -878,7 +879,7 @@ async fn cron_admin_on(session: &Session, conn: &Conn, command: CronCommand) -> 
             let history = admin(&path)?.history(limit).await.map_err(|e| {
                 crate::auth::fail(format_args!("cannot read the history of {path}"), &e)
             })?;
-            Ok(Said::out(serde_json::to_string(&history)?))
+            Ok(Said::out(output::to_json(&history)?))
         }
         CronCommand::Status {
             path,
@@ -917,15 +918,13 @@ async fn cron_admin_on(session: &Session, conn: &Conn, command: CronCommand) -> 
                     participants.iter().map(Into::into).collect();
                 fields.insert("participants".to_owned(), serde_json::to_value(&list)?);
             }
-            Ok(Said::out(serde_json::to_string(&line)?)
-                .exit(code)
-                .warn(warning))
+            Ok(Said::out(output::to_json(&line)?).exit(code).warn(warning))
         }
         CronCommand::Participants { path } => {
             let participants = job_participants(session, &path).await?;
             let list: Vec<output::ParticipantLine<'_>> =
                 participants.iter().map(Into::into).collect();
-            Ok(Said::out(serde_json::to_string(&list)?))
+            Ok(Said::out(output::to_json(&list)?))
         }
         CronCommand::Trigger { path, slot, date } => {
             let asked = match (slot, date) {

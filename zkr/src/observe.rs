@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use zookeeper_recipes::{
-    CloseMode, ErrorPolicy, LeaderLatch, LeaderObserver, LeaderPool, Leadership, leader_of,
-    participants_on,
+    CloseMode, ErrorPolicy, LeaderLatch, LeaderObserver, LeaderPool, Leadership, election_nodes_on,
+    leader_of, participants_on,
 };
 
 use crate::Fail;
@@ -200,11 +200,12 @@ pub(crate) async fn participants(
     path: &str,
 ) -> Result<ExitCode, Fail> {
     let session = connect(conn, session_timeout).await?;
-    let result = participants_on(&session, path).await;
+    // Foreign nodes too (marked): an operator must see what stalls the Curator peers.
+    let result = election_nodes_on(&session, path).await;
     close_session(&session).await;
     let list = result.map_err(|e| crate::auth::fail(format_args!("cannot read {path}"), &e))?;
     let lines: Vec<output::ParticipantLine<'_>> = list.iter().map(Into::into).collect();
-    println!("{}", serde_json::to_string(&lines)?);
+    println!("{}", output::to_json(&lines)?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -217,6 +218,7 @@ pub(crate) async fn leader(
     let result = participants_on(&session, path).await;
     close_session(&session).await;
     let list = result.map_err(|e| crate::auth::fail(format_args!("cannot read {path}"), &e))?;
-    println!("{}", leader_of(list).id);
+    // Bare when plain (as always), else a JSON string: the id is a stranger's input.
+    println!("{}", output::bare_or_json(&leader_of(list).id));
     Ok(ExitCode::SUCCESS)
 }

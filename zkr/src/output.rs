@@ -6,6 +6,11 @@
 //!   `print_*_event` functions turn the recipes' events into them.
 //! - The JSON that `zkr participants` and `zkr cron status` print: zkr's own shapes, so that the
 //!   library's types carry no serialization for the CLI.
+//! - Ids and data read from ZooKeeper are strangers' input: every line goes through [`to_json`]
+//!   (or [`to_json_vec`]), which escapes, beyond what JSON requires, every character that
+//!   could drive a terminal or hide text (DEL, the C1 controls, the bidirectional and line
+//!   separator marks), so that no control byte but the line's newline reaches the output; the
+//!   one line printed bare, `zkr leader`'s, goes through [`bare_or_json`].
 
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,16 +18,88 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use zookeeper_recipes::job::{JobEvent, JobStatus, SlotRecord};
 use zookeeper_recipes::{
-    BootTime, LatchEvent, LeaderLatch, Leadership, ObserverEvent, Participant, PoolEvent,
-    SessionStatus,
+    BootTime, ElectionNode, LatchEvent, LeaderLatch, Leadership, ObserverEvent, Participant,
+    PoolEvent, SessionStatus,
 };
 
 use crate::mono::MonotonicTime;
-/// One element of `zkr participants`: `{"id":"replica-1","leader":true}`.
+
+/// Whether JSON output escapes `c` although JSON would allow it raw: DEL and the C1 controls
+/// (U+0080..U+009F: U+009B is CSI for a terminal that takes 8-bit controls), the bidirectional
+/// marks and isolates (text that reads differently from what it is), the line and paragraph
+/// separators (line breaks to some readers) and the byte order mark. The C0 controls, `"` and
+/// `\` are escaped by JSON itself.
+fn escaped_beyond_json(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+            | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
+/// serde_json's compact output, with [`escaped_beyond_json`] characters written as `\uXXXX`.
+struct SafeFormatter;
+
+impl serde_json::ser::Formatter for SafeFormatter {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (at, c) in fragment.char_indices() {
+            if escaped_beyond_json(c) {
+                writer.write_all(&fragment.as_bytes()[start..at])?;
+                // Every such character is in the Basic Multilingual Plane: one `\u` escape.
+                write!(writer, "\\u{:04x}", u32::from(c))?;
+                start = at + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+}
+
+/// `value` as one line of JSON (no newline), safe to print: see [`escaped_beyond_json`].
+pub(crate) fn to_json_vec<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(128);
+    value.serialize(&mut serde_json::Serializer::with_formatter(
+        &mut out,
+        SafeFormatter,
+    ))?;
+    Ok(out)
+}
+
+/// [`to_json_vec`] as a string.
+pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    // The formatter writes whole UTF-8 characters and ASCII escapes only.
+    String::from_utf8(to_json_vec(value)?).map_err(serde::ser::Error::custom)
+}
+
+/// An id as `zkr leader` prints it: bare when it is plain (no control character, no `"` or
+/// `\`, none of the characters [`to_json`] escapes, no U+FFFD, which stands for bytes that were
+/// not UTF-8), else as a JSON string literal. A line that starts with `"` is therefore always
+/// JSON, and any other line is the id itself.
+pub(crate) fn bare_or_json(id: &str) -> String {
+    let plain = !id
+        .chars()
+        .any(|c| escaped_beyond_json(c) || matches!(c, '"' | '\\' | '\u{fffd}'));
+    if plain {
+        id.to_owned()
+    } else {
+        // A string always serializes.
+        to_json(id).unwrap_or_else(|_| String::from("\"\""))
+    }
+}
+
+/// One element of `zkr participants`: `{"id":"replica-1","leader":true}`; a foreign node (named
+/// like a contender, but persistent) also carries `"foreign":true` and its `node` name.
 #[derive(Debug, Serialize)]
 pub(crate) struct ParticipantLine<'a> {
     id: &'a str,
     leader: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    foreign: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
 }
 
 impl<'a> From<&'a Participant> for ParticipantLine<'a> {
@@ -30,6 +107,19 @@ impl<'a> From<&'a Participant> for ParticipantLine<'a> {
         ParticipantLine {
             id: &p.id,
             leader: p.is_leader,
+            foreign: false,
+            node: None,
+        }
+    }
+}
+
+impl<'a> From<&'a ElectionNode> for ParticipantLine<'a> {
+    fn from(n: &'a ElectionNode) -> Self {
+        ParticipantLine {
+            id: &n.id,
+            leader: n.is_leader,
+            foreign: n.foreign,
+            node: n.foreign.then_some(n.name.as_str()),
         }
     }
 }
@@ -386,7 +476,7 @@ impl Out {
             fields.insert("mono_ns".to_owned(), MonotonicTime::now().as_nanos().into());
             fields.insert("boot_ns".to_owned(), BootTime::now().as_nanos().into());
         }
-        let mut line = serde_json::to_vec(&value).map_err(std::io::Error::other)?;
+        let mut line = to_json_vec(&value).map_err(std::io::Error::other)?;
         line.push(b'\n');
         match self {
             Out::Stdout => {
@@ -655,5 +745,65 @@ mod tests {
             serde_json::to_string(&[ParticipantLine::from(&p)]).unwrap(),
             r#"[{"id":"replica-1","leader":true}]"#
         );
+    }
+
+    /// The id of the issue: an OSC title sequence, a bell, a newline and a command.
+    const HOSTILE: &str = "\u{1b}]0;pwned\u{7}\nrm -rf";
+
+    #[test]
+    fn json_output_carries_no_control_byte_and_reads_back_the_same() {
+        for id in [
+            HOSTILE,
+            "del\u{7f} csi\u{9b}31m nel\u{85}",
+            "bidi \u{202e}txt.exe\u{2066} ls\u{2028}ps\u{2029} bom\u{feff} alm\u{61c}",
+            "quote\" backslash\\ tab\t nul\u{0}",
+            "plain-id \u{e9}\u{20ac} \u{1f600}",
+        ] {
+            let line = to_json(&[ParticipantLine::from(&Participant {
+                id: id.into(),
+                is_leader: true,
+            })])
+            .unwrap();
+            assert!(
+                line.chars()
+                    .all(|c| !escaped_beyond_json(c) && !c.is_control()),
+                "{line:?}"
+            );
+            let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(back[0]["id"], id, "{line}");
+        }
+        // What needs no escape is written as serde_json writes it.
+        let value = serde_json::json!({"id": "a \u{e9} \"q\" \n", "n": [1, true, null]});
+        assert_eq!(
+            to_json(&value).unwrap(),
+            serde_json::to_string(&value).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_plain_id_prints_bare_and_any_other_as_a_json_string() {
+        for plain in [
+            "replica-1",
+            "10.0.0.12",
+            "pod-7f9c/job \u{e9}\u{20ac}",
+            "",
+            "a b",
+        ] {
+            assert_eq!(bare_or_json(plain), plain);
+        }
+        for other in [
+            HOSTILE,
+            "\"quoted\"",
+            "back\\slash",
+            "lossy \u{fffd}",
+            "c1\u{9b}",
+            "rlo\u{202e}",
+        ] {
+            let printed = bare_or_json(other);
+            assert!(printed.starts_with('"'), "{printed:?}");
+            assert!(!printed.chars().any(|c| c.is_control()), "{printed:?}");
+            assert_eq!(serde_json::from_str::<String>(&printed).unwrap(), other);
+        }
+        assert_eq!(bare_or_json(HOSTILE), r#""\u001b]0;pwned\u0007\nrm -rf""#);
     }
 }

@@ -102,7 +102,7 @@ impl Stands {
         for job in release {
             if let Some(latch) = self.latches.remove(&job) {
                 let to = assignment.jobs.get(&job).map_or("nobody", String::as_str);
-                info!(job, to, "releasing job to its new assignee");
+                info!(job, to = ?to, "releasing job to its new assignee");
                 self.releasing.spawn(async move {
                     let _ = latch.close().await;
                 });

@@ -224,6 +224,102 @@ async fn watch_prints_each_leader_change_once_and_exits_0_on_sigterm() {
     assert!(watch.drain().is_empty(), "{}", watch.context());
 }
 
+/// The id of issue 43: an OSC title sequence ending in a bell, a newline, then a command.
+const HOSTILE_ID: &str = "\u{1b}]0;pwned\u{7}\nrm -rf";
+
+/// The bytes of `out` that a terminal takes as control: C0 and DEL, and the C1 range in its
+/// UTF-8 encoding (U+0080..U+009F is `C2 80`..`C2 9F`).
+fn control_bytes(out: &[u8]) -> Vec<(usize, u8)> {
+    let mut found: Vec<(usize, u8)> = out
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b < 0x20 || **b == 0x7f)
+        .map(|(i, b)| (i, *b))
+        .collect();
+    found.extend(
+        out.windows(2)
+            .enumerate()
+            .filter(|(_, w)| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1]))
+            .map(|(i, w)| (i + 1, w[1])),
+    );
+    found
+}
+
+#[tokio::test]
+async fn leader_and_participants_print_a_hostile_id_and_a_foreign_node_without_control_bytes() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let zk = client(connect).await;
+    let path = testing::unique_path("cli-hostile");
+    let open = zookeeper_client::Acls::anyone_all();
+    zk.mkdir(
+        &path,
+        &zookeeper_client::CreateMode::Persistent.with_acls(open),
+    )
+    .await
+    .unwrap();
+    // A foreign node that sorts first: named like a latch node, but persistent, its data an
+    // 8-bit CSI sequence (U+009B) and a right-to-left override.
+    let foreign_name = "x-latch-0000000000";
+    let foreign_data = "op\u{9b}31m\u{202e}txt";
+    zk.create(
+        &format!("{path}/{foreign_name}"),
+        foreign_data.as_bytes(),
+        &zookeeper_client::CreateMode::Persistent.with_acls(open),
+    )
+    .await
+    .unwrap();
+    // A contender written by a stranger with a raw client: Curator's naming, the hostile id.
+    let uuid = uuid::Uuid::new_v4();
+    zk.create(
+        &format!("{path}/_c_{uuid}-latch-"),
+        HOSTILE_ID.as_bytes(),
+        &zookeeper_client::CreateMode::EphemeralSequential.with_acls(open),
+    )
+    .await
+    .unwrap();
+
+    // Before: `zkr leader` printed the id raw (the terminal's title set, a bell, a forged second
+    // line), and the foreign node was the leader. After: a JSON string, the ephemeral node leads.
+    let (status, out) = zkr_output(connect, &["leader", &path]).await;
+    assert!(status.success(), "zkr leader failed: {status}");
+    let bytes = out.as_bytes();
+    assert_eq!(
+        control_bytes(bytes),
+        [(bytes.len() - 1, b'\n')],
+        "zkr leader printed control bytes: {out:?}"
+    );
+    assert_eq!(out, "\"\\u001b]0;pwned\\u0007\\nrm -rf\"\n");
+    assert_eq!(
+        serde_json::from_str::<String>(out.trim_end()).unwrap(),
+        HOSTILE_ID
+    );
+
+    let (status, out) = zkr_output(connect, &["participants", &path]).await;
+    assert!(status.success(), "zkr participants failed: {status}");
+    let bytes = out.as_bytes();
+    assert_eq!(
+        control_bytes(bytes),
+        [(bytes.len() - 1, b'\n')],
+        "zkr participants printed control bytes: {out:?}"
+    );
+    assert!(!out.contains('\u{202e}'), "{out:?}");
+    let list: Value = serde_json::from_str(out.trim()).expect("participants prints JSON");
+    assert_eq!(
+        list,
+        serde_json::json!([
+            {"id": foreign_data, "leader": false, "foreign": true, "node": foreign_name},
+            {"id": HOSTILE_ID, "leader": true},
+        ])
+    );
+    zk.delete(&format!("{path}/{foreign_name}"), None)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn participants_and_leader_print_election_order() {
     if !zookeeper() {

@@ -98,6 +98,58 @@ fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
 }
 
 #[tokio::test]
+async fn a_foreign_node_ahead_of_the_replicas_is_skipped_and_counted() {
+    if !zookeeper() {
+        return;
+    }
+    let server = shared_server().await;
+    let connect = server.connect_string();
+    let path = testing::unique_path("cron-foreign");
+    let election = format!("{path}/leader");
+    // A persistent node named like a selector's, sorting first in the job's election: before,
+    // every replica waited behind it for good (no slot ever ran); now it is skipped, logged and
+    // counted.
+    let zk = common::client(connect).await;
+    let open = zookeeper_client::Acls::anyone_all();
+    zk.mkdir(
+        &election,
+        &zookeeper_client::CreateMode::Persistent.with_acls(open),
+    )
+    .await
+    .unwrap();
+    let foreign = format!("{election}/x-lock-0000000000");
+    zk.create(
+        &foreign,
+        b"stuck",
+        &zookeeper_client::CreateMode::Persistent.with_acls(open),
+    )
+    .await
+    .unwrap();
+    let (mut a, a_addr) = replica(connect, "a", &path).await;
+    let finished = a
+        .wait_for(
+            "slot_finished",
+            BOUND,
+            "a ran no slot behind the foreign node",
+        )
+        .await;
+    assert_eq!(finished.str("outcome"), "succeeded", "{}", finished.json);
+    let (status, metrics) = get(&a_addr, "/metrics").await;
+    assert_eq!(status, 200, "{metrics}");
+    let label = format!("path=\"{election}\"");
+    let counted = sample(
+        &metrics,
+        "zookeeper_recipes_foreign_nodes_total",
+        &[label.as_str()],
+    )
+    .unwrap_or_else(|| panic!("no zookeeper_recipes_foreign_nodes_total{{{label}}} in\n{metrics}"));
+    assert!(counted >= 1.0, "{counted}");
+    a.signal(Signal::SIGTERM);
+    a.exit(BOUND, "replica a after SIGTERM").await;
+    zk.delete(&foreign, None).await.unwrap();
+}
+
+#[tokio::test]
 async fn metrics_addr_serves_slot_and_term_metrics_and_probes_by_role() {
     if !zookeeper() {
         return;
