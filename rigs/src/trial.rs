@@ -2661,9 +2661,14 @@ async fn compare_servers(world: &World, path: &str, always: bool) -> bool {
             // answers: a lagging server catches up, one that lost transactions does not.
             client.sync(path).await?;
             let children = client.list_children(path).await?;
+            // Every stat is queued before the first is awaited: one round trip in all.
+            let stats: Vec<_> = children
+                .iter()
+                .map(|child| client.check_stat(&format!("{path}/{child}")))
+                .collect();
             let mut view = BTreeMap::new();
-            for child in children {
-                if let Some(stat) = client.check_stat(&format!("{path}/{child}")).await? {
+            for (child, stat) in children.into_iter().zip(stats) {
+                if let Some(stat) = stat.await? {
                     view.insert(child, stat.mzxid);
                 }
             }
